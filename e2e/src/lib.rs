@@ -1,1 +1,17 @@
-//! placeholder
+//! End-to-end harness for Streamjob: a real Kubernetes control plane (etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler) built by `e2e/scripts/install.sh`, a real S3 server
+//! (MinIO), and a test-only process kubelet that runs pod containers as local processes.
+//!
+//! Tests use [`fixtures::shared`] to get one environment per test binary.
+
+pub mod binaries;
+pub mod certs;
+pub mod cluster;
+pub mod error;
+pub mod fixtures;
+pub mod kubelet;
+pub mod process;
+pub mod store;
+pub mod wait;
+
+pub use error::{Error, Result};

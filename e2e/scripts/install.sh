@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Builds (once) the pinned binaries the e2e suite needs and writes an env file that exports their
+# paths. Idempotent: a binary that already exists for its pinned version is not rebuilt, so a warm
+# run does nothing but write the env file.
+#
+#   bash e2e/scripts/install.sh            # build what is missing, print the env file path
+#   STREAMJOB_CACHE=/some/dir bash e2e/scripts/install.sh
+#
+# Everything lives in ${STREAMJOB_CACHE:-$HOME/.cache/streamjob}:
+#   bin/<component>-<version>/<binary>   the built binaries
+#   go/build, go/mod                     GOCACHE and GOMODCACHE (kept warm between runs)
+#   logs/<component>-<version>.log       build logs
+#   e2e-env.sh                           exports STREAMJOB_E2E_* paths (source it, or let the tests read it)
+#
+# Only one Go target is built at a time (the machine has 2 cores shared with Rust builds).
+set -euo pipefail
+
+# ---- pins -------------------------------------------------------------------------------------
+KUBERNETES_VERSION="v1.36.3"      # k8s.io/kubernetes; staging modules at v0.36.3
+ETCD_VERSION="v3.6.16"            # go.etcd.io/etcd/server/v3
+HELM_VERSION="v3.22.0"            # helm.sh/helm/v3/cmd/helm
+MINIO_VERSION="v0.0.0-20260212201848-7aac2a2c5b7c"   # github.com/minio/minio: the proxy serves no RELEASE.* tag here, only pseudo-versions; this is @latest (2026-02-12, master after the last release)
+# ------------------------------------------------------------------------------------------------
+
+CACHE="${STREAMJOB_CACHE:-$HOME/.cache/streamjob}"
+mkdir -p "$CACHE/bin" "$CACHE/go/build" "$CACHE/go/mod" "$CACHE/logs" "$CACHE/work"
+export GOCACHE="$CACHE/go/build"
+export GOMODCACHE="$CACHE/go/mod"
+export CGO_ENABLED=0
+export GOFLAGS="-buildvcs=false -p=2"
+export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+
+if ! command -v go >/dev/null 2>&1; then
+  echo "install.sh: 'go' is not on PATH; install Go >= 1.26 (the Kubernetes ${KUBERNETES_VERSION} go.mod declares go 1.26.0)" >&2
+  exit 1
+fi
+GO_MINOR="$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')"
+if [ "$GO_MINOR" -ge 27 ]; then
+  # JSON v2 on by default breaks the apiserver's OpenAPI (kubectl apply: "failed to download openapi").
+  export GOEXPERIMENT="${GOEXPERIMENT:+$GOEXPERIMENT,}nojsonv2"
+fi
+
+# Serialise concurrent runs (two test runs, or a CI run beside a developer) on the cache.
+exec 9>"$CACHE/install.lock"
+flock 9
+
+FAILED=()
+START_ALL=$(date +%s)
+
+log() { echo "[install.sh $(date -u +%H:%M:%S)] $*" >&2; }
+
+# build_one NAME VERSION BINARY FUNCTION : runs FUNCTION OUT_PATH unless OUT_PATH exists.
+build_one() {
+  local name="$1" version="$2" binary="$3" fn="$4"
+  local dir="$CACHE/bin/$name-$version"
+  local out="$dir/$binary"
+  if [ -x "$out" ]; then
+    log "$name $version: cached ($out)"
+    return 0
+  fi
+  mkdir -p "$dir"
+  local logf="$CACHE/logs/$name-$version.log"
+  local t0
+  t0=$(date +%s)
+  log "$name $version: building (log: $logf)"
+  if "$fn" "$out.tmp" >"$logf" 2>&1; then
+    mv "$out.tmp" "$out"
+    log "$name $version: built in $(( $(date +%s) - t0 ))s -> $out"
+  else
+    rm -f "$out.tmp"
+    log "$name $version: FAILED after $(( $(date +%s) - t0 ))s; last lines of $logf:"
+    tail -n 30 "$logf" >&2 || true
+    FAILED+=("$name")
+  fi
+}
+
+# ---- Kubernetes: wrapper module with replace lines for every staging module --------------------
+K8S_WRAPPER="$CACHE/work/k8s-wrapper-$KUBERNETES_VERSION"
+k8s_wrapper() {
+  if [ -f "$K8S_WRAPPER/go.mod" ] && [ -f "$K8S_WRAPPER/.complete" ]; then
+    return 0
+  fi
+  rm -rf "$K8S_WRAPPER"
+  mkdir -p "$K8S_WRAPPER"
+  local gomod staging_version
+  gomod="$(cd "$K8S_WRAPPER" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" \
+    | sed -n -E 's/^[[:space:]]*"GoMod": "(.*)",?$/\1/p')"
+  if [ -z "$gomod" ] || [ ! -f "$gomod" ]; then
+    echo "could not download k8s.io/kubernetes@$KUBERNETES_VERSION go.mod" >&2
+    return 1
+  fi
+  staging_version="v0.${KUBERNETES_VERSION#v1.}"
+  {
+    echo "module streamjob.local/k8s-wrapper"
+    echo
+    echo "go 1.26.0"
+    echo
+    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+    echo
+    # Every `k8s.io/x => ./staging/src/k8s.io/x` line becomes `k8s.io/x => k8s.io/x v0.N.P`.
+    sed -n -E "s#^[[:space:]]*(replace[[:space:]]+)?(k8s\.io/[A-Za-z0-9._/-]+)[[:space:]]+=>[[:space:]]+\./staging/src/.*#replace \2 => \2 $staging_version#p" "$gomod"
+  } >"$K8S_WRAPPER/go.mod"
+  echo "wrapper go.mod:"; cat "$K8S_WRAPPER/go.mod"
+  (cd "$K8S_WRAPPER" && GOFLAGS="$GOFLAGS -mod=mod" go mod download k8s.io/kubernetes)
+  touch "$K8S_WRAPPER/.complete"
+}
+build_k8s() {
+  local pkg="$1" out="$2"
+  k8s_wrapper
+  (cd "$K8S_WRAPPER" && GOFLAGS="$GOFLAGS -mod=mod" go build -trimpath -ldflags "-s -w" -o "$out" "k8s.io/kubernetes/cmd/$pkg")
+}
+build_kube_apiserver() { build_k8s kube-apiserver "$1"; }
+build_kube_controller_manager() { build_k8s kube-controller-manager "$1"; }
+build_kube_scheduler() { build_k8s kube-scheduler "$1"; }
+build_kubectl() { build_k8s kubectl "$1"; }
+
+# ---- etcd: wrapper module requiring the server module (its go.mod pins api/client at the same tag)
+build_etcd() {
+  local out="$1" w="$CACHE/work/etcd-wrapper-$ETCD_VERSION"
+  mkdir -p "$w"
+  printf 'module streamjob.local/etcd-wrapper\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" >"$w/go.mod"
+  (cd "$w" && GOFLAGS="$GOFLAGS -mod=mod" go build -trimpath -ldflags "-s -w" -o "$out" go.etcd.io/etcd/server/v3)
+}
+
+# ---- helm: plain go install-able module -------------------------------------------------------
+build_helm() {
+  local out="$1" gobin="$CACHE/work/helm-gobin-$HELM_VERSION"
+  mkdir -p "$gobin"
+  GOBIN="$gobin" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  mv "$gobin/helm" "$out"
+}
+
+# ---- MinIO: its documented source install -----------------------------------------------------
+build_minio() {
+  local out="$1" gobin="$CACHE/work/minio-gobin-$MINIO_VERSION"
+  mkdir -p "$gobin"
+  GOBIN="$gobin" go install -trimpath -ldflags "-s -w" "github.com/minio/minio@$MINIO_VERSION"
+  mv "$gobin/minio" "$out"
+}
+
+build_one etcd "$ETCD_VERSION" etcd build_etcd
+build_one kube-apiserver "$KUBERNETES_VERSION" kube-apiserver build_kube_apiserver
+build_one kube-controller-manager "$KUBERNETES_VERSION" kube-controller-manager build_kube_controller_manager
+build_one kube-scheduler "$KUBERNETES_VERSION" kube-scheduler build_kube_scheduler
+build_one kubectl "$KUBERNETES_VERSION" kubectl build_kubectl
+build_one helm "$HELM_VERSION" helm build_helm
+build_one minio "$MINIO_VERSION" minio build_minio
+
+ENV_FILE="$CACHE/e2e-env.sh"
+{
+  echo "# written by e2e/scripts/install.sh at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "export STREAMJOB_E2E_ETCD='$CACHE/bin/etcd-$ETCD_VERSION/etcd'"
+  echo "export STREAMJOB_E2E_KUBE_APISERVER='$CACHE/bin/kube-apiserver-$KUBERNETES_VERSION/kube-apiserver'"
+  echo "export STREAMJOB_E2E_KUBE_CONTROLLER_MANAGER='$CACHE/bin/kube-controller-manager-$KUBERNETES_VERSION/kube-controller-manager'"
+  echo "export STREAMJOB_E2E_KUBE_SCHEDULER='$CACHE/bin/kube-scheduler-$KUBERNETES_VERSION/kube-scheduler'"
+  echo "export STREAMJOB_E2E_KUBECTL='$CACHE/bin/kubectl-$KUBERNETES_VERSION/kubectl'"
+  echo "export STREAMJOB_E2E_HELM='$CACHE/bin/helm-$HELM_VERSION/helm'"
+  echo "export STREAMJOB_E2E_MINIO='$CACHE/bin/minio-$MINIO_VERSION/minio'"
+} >"$ENV_FILE"
+
+log "done in $(( $(date +%s) - START_ALL ))s; env file: $ENV_FILE"
+cat "$ENV_FILE"
+if [ "${#FAILED[@]}" -gt 0 ]; then
+  log "FAILED components: ${FAILED[*]} (see $CACHE/logs/)"
+  exit 1
+fi

@@ -1,0 +1,292 @@
+//! The control plane: etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
+//! loopback ports, started from the binaries install.sh built.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::binaries::Binaries;
+use crate::certs::{KubeconfigAuth, Pki, write_kubeconfig};
+use crate::error::{Error, IoContext, Result};
+use crate::process::{ManagedProcess, Watchdog, free_port};
+use crate::wait::poll_until;
+
+/// Service CIDR of the cluster (the `kubernetes` service gets 10.0.0.1).
+pub const SERVICE_CIDR: &str = "10.0.0.0/24";
+
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+const POLL: Duration = Duration::from_millis(100);
+
+/// A running control plane. Dropping it stops every process (scheduler, controller-manager,
+/// apiserver, etcd, in that order).
+#[derive(Debug)]
+pub struct ControlPlane {
+    // Field order is drop order: stop clients before the apiserver, the apiserver before etcd.
+    scheduler: ManagedProcess,
+    controller_manager: ManagedProcess,
+    apiserver: ManagedProcess,
+    etcd: ManagedProcess,
+    /// `https://127.0.0.1:<port>`.
+    pub server: String,
+    /// The apiserver's port.
+    pub apiserver_port: u16,
+    /// kubeconfig with the `admin` client certificate (group `system:masters`).
+    pub admin_kubeconfig: PathBuf,
+    /// Certificates and keys.
+    pub pki: Pki,
+    /// The folder with logs, data and certificates.
+    pub dir: PathBuf,
+    /// How long [`ControlPlane::start`] took.
+    pub start_duration: Duration,
+}
+
+impl ControlPlane {
+    /// Starts the control plane in `dir` (created if needed) and waits until it is ready:
+    /// etcd `/health`, apiserver `/readyz`, controller-manager and scheduler `/healthz`.
+    pub async fn start(bins: &Binaries, dir: &Path, watchdog: Option<&Watchdog>) -> Result<Self> {
+        let t0 = Instant::now();
+        std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+        let pki = Pki::generate(&dir.join("pki"))?;
+        tracing::info!(elapsed = ?t0.elapsed(), "certificates generated");
+
+        // etcd
+        let etcd_client = free_port()?;
+        let etcd_peer = free_port()?;
+        let etcd_url = format!("http://127.0.0.1:{etcd_client}");
+        let peer_url = format!("http://127.0.0.1:{etcd_peer}");
+        let mut cmd = Command::new(&bins.etcd);
+        cmd.arg("--name=e2e")
+            .arg(format!("--data-dir={}", dir.join("etcd-data").display()))
+            .arg(format!("--listen-client-urls={etcd_url}"))
+            .arg(format!("--advertise-client-urls={etcd_url}"))
+            .arg(format!("--listen-peer-urls={peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+            .arg(format!("--initial-cluster=e2e={peer_url}"))
+            .arg("--unsafe-no-fsync=true")
+            .arg("--quota-backend-bytes=2147483648")
+            .arg("--log-level=warn");
+        let mut etcd = ManagedProcess::spawn("etcd", cmd, dir, watchdog)?;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        {
+            let url = format!("{etcd_url}/health");
+            poll_until("etcd /health", READY_TIMEOUT, POLL, || async {
+                etcd.check_running()?;
+                let r = http.get(&url).send().await?;
+                let body = r.text().await?;
+                Ok(body.contains("\"health\":\"true\"").then_some(()))
+            })
+            .await?;
+        }
+        tracing::info!(elapsed = ?t0.elapsed(), "etcd ready");
+
+        // kube-apiserver
+        let apiserver_port = free_port()?;
+        let server = format!("https://127.0.0.1:{apiserver_port}");
+        let mut cmd = Command::new(&bins.kube_apiserver);
+        cmd.arg(format!("--etcd-servers={etcd_url}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg(format!("--secure-port={apiserver_port}"))
+            .arg(format!("--cert-dir={}", dir.join("apiserver-certs").display()))
+            .arg(format!("--tls-cert-file={}", pki.apiserver.cert.display()))
+            .arg(format!(
+                "--tls-private-key-file={}",
+                pki.apiserver.key.display()
+            ))
+            .arg(format!("--client-ca-file={}", pki.ca.cert.display()))
+            .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+            .arg(format!("--service-account-key-file={}", pki.sa_pub.display()))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                pki.sa_key.display()
+            ))
+            .arg(format!("--service-cluster-ip-range={SERVICE_CIDR}"))
+            .arg("--authorization-mode=Node,RBAC")
+            .arg("--allow-privileged=true")
+            .arg("--endpoint-reconciler-type=none")
+            .arg("--profiling=false")
+            .arg("--v=1");
+        let mut apiserver = ManagedProcess::spawn("kube-apiserver", cmd, dir, watchdog)?
+            .with_grace(Duration::from_secs(60));
+        let ca_pem = std::fs::read(&pki.ca.cert).ctx(|| "read CA".to_string())?;
+        let ca = reqwest::Certificate::from_pem(&ca_pem)?;
+        let https = reqwest::Client::builder()
+            .add_root_certificate(ca)
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        {
+            let url = format!("{server}/readyz");
+            poll_until("kube-apiserver /readyz", READY_TIMEOUT, POLL, || async {
+                apiserver.check_running()?;
+                let r = https.get(&url).send().await?;
+                Ok(r.status().is_success().then_some(()))
+            })
+            .await?;
+        }
+        tracing::info!(elapsed = ?t0.elapsed(), "kube-apiserver ready");
+
+        let admin_kubeconfig = dir.join("admin.kubeconfig");
+        write_kubeconfig(
+            &admin_kubeconfig,
+            &server,
+            &pki.ca.cert,
+            "admin",
+            KubeconfigAuth::Cert(&pki.admin),
+            None,
+        )?;
+        let kcm_kubeconfig = dir.join("controller-manager.kubeconfig");
+        write_kubeconfig(
+            &kcm_kubeconfig,
+            &server,
+            &pki.ca.cert,
+            "system:kube-controller-manager",
+            KubeconfigAuth::Cert(&pki.controller_manager),
+            None,
+        )?;
+        let sched_kubeconfig = dir.join("scheduler.kubeconfig");
+        write_kubeconfig(
+            &sched_kubeconfig,
+            &server,
+            &pki.ca.cert,
+            "system:kube-scheduler",
+            KubeconfigAuth::Cert(&pki.scheduler),
+            None,
+        )?;
+
+        // kube-controller-manager
+        let kcm_port = free_port()?;
+        let mut cmd = Command::new(&bins.kube_controller_manager);
+        let kcm_kc = kcm_kubeconfig.display().to_string();
+        cmd.arg(format!("--kubeconfig={kcm_kc}"))
+            .arg(format!("--authentication-kubeconfig={kcm_kc}"))
+            .arg(format!("--authorization-kubeconfig={kcm_kc}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={kcm_port}"))
+            .arg("--leader-elect=false")
+            .arg("--use-service-account-credentials=true")
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                pki.sa_key.display()
+            ))
+            .arg(format!("--root-ca-file={}", pki.ca.cert.display()))
+            .arg(format!(
+                "--cluster-signing-cert-file={}",
+                pki.ca.cert.display()
+            ))
+            .arg(format!("--cluster-signing-key-file={}", pki.ca.key.display()))
+            .arg(format!("--service-cluster-ip-range={SERVICE_CIDR}"))
+            .arg("--profiling=false")
+            .arg("--v=1");
+        let mut controller_manager =
+            ManagedProcess::spawn("kube-controller-manager", cmd, dir, watchdog)?;
+
+        // kube-scheduler
+        let sched_port = free_port()?;
+        let mut cmd = Command::new(&bins.kube_scheduler);
+        let sched_kc = sched_kubeconfig.display().to_string();
+        cmd.arg(format!("--kubeconfig={sched_kc}"))
+            .arg(format!("--authentication-kubeconfig={sched_kc}"))
+            .arg(format!("--authorization-kubeconfig={sched_kc}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={sched_port}"))
+            .arg("--leader-elect=false")
+            .arg("--profiling=false")
+            .arg("--v=1");
+        let mut scheduler = ManagedProcess::spawn("kube-scheduler", cmd, dir, watchdog)?;
+
+        let insecure = reqwest::Client::builder()
+            .danger_accept_invalid_certs(true)
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        for (name, port) in [
+            ("kube-controller-manager", kcm_port),
+            ("kube-scheduler", sched_port),
+        ] {
+            let url = format!("https://127.0.0.1:{port}/healthz");
+            poll_until(&format!("{name} /healthz"), READY_TIMEOUT, POLL, || async {
+                controller_manager.check_running()?;
+                scheduler.check_running()?;
+                let r = insecure.get(&url).send().await?;
+                Ok(r.status().is_success().then_some(()))
+            })
+            .await?;
+            tracing::info!(elapsed = ?t0.elapsed(), "{name} healthy");
+        }
+
+        let start_duration = t0.elapsed();
+        tracing::info!(?start_duration, server, "control plane ready");
+        Ok(Self {
+            scheduler,
+            controller_manager,
+            apiserver,
+            etcd,
+            server,
+            apiserver_port,
+            admin_kubeconfig,
+            pki,
+            dir: dir.to_path_buf(),
+            start_duration,
+        })
+    }
+
+    /// A new kube client with the admin identity. Make one per tokio runtime.
+    pub async fn client(&self) -> Result<kube::Client> {
+        client_from_kubeconfig(&self.admin_kubeconfig).await
+    }
+
+    /// `(name, pid)` of each control-plane process.
+    pub fn pids(&self) -> Vec<(&str, u32)> {
+        [
+            &self.etcd,
+            &self.apiserver,
+            &self.controller_manager,
+            &self.scheduler,
+        ]
+        .iter()
+        .map(|p| (p.name(), p.pid()))
+        .collect()
+    }
+
+    /// Fails if any control-plane process has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        self.etcd.check_running()?;
+        self.apiserver.check_running()?;
+        self.controller_manager.check_running()?;
+        self.scheduler.check_running()
+    }
+
+    /// Stops everything now (also done on drop).
+    pub fn stop(&mut self) {
+        self.scheduler.stop();
+        self.controller_manager.stop();
+        self.apiserver.stop();
+        self.etcd.stop();
+    }
+}
+
+/// A kube client for a kubeconfig file.
+pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| Error::Kubeconfig(format!("{}: {e}", path.display())))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Kubeconfig(format!("{}: {e}", path.display())))?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Resident set size of a process in KiB, from `/proc/<pid>/status` (`VmRSS`), and its peak
+/// (`VmHWM`).
+pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}

@@ -1,0 +1,422 @@
+//! Test fixtures: one environment (control plane, process kubelet, MinIO) per test binary,
+//! namespaces, kubectl and helm with the built binaries, waits and bucket helpers.
+
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret, ServiceAccount};
+use kube::Api;
+use kube::api::PostParams;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::binaries::{Binaries, check_executable};
+use crate::cluster::ControlPlane;
+use crate::error::{Error, IoContext, Result};
+use crate::kubelet::{ImageMapping, KubeletConfig};
+use crate::process::{ManagedProcess, Watchdog};
+use crate::store::{Minio, S3Endpoint, S3Server};
+use crate::wait::poll_until;
+
+/// Name of the Node the process kubelet registers.
+pub const NODE_NAME: &str = "e2e-node-1";
+
+/// What the environment needs from the test binary (whose `CARGO_BIN_EXE_*` paths only it knows).
+#[derive(Debug, Clone)]
+pub struct EnvOptions {
+    /// The `process-kubelet` binary.
+    pub kubelet_binary: PathBuf,
+    /// Image mappings for the kubelet.
+    pub images: Vec<ImageMapping>,
+}
+
+impl EnvOptions {
+    /// Options with the kubelet at `kubelet_binary` and `streamjob/e2e-echo:*` mapped to
+    /// `echo_binary`. Workspace binaries built next to the kubelet (`streamjob-runtime`,
+    /// `streamjob-operator`) are mapped to `streamjob/runtime:*` and `streamjob/operator:*`
+    /// when they exist.
+    pub fn new(kubelet_binary: &str, echo_binary: &str) -> Self {
+        let kubelet_binary = PathBuf::from(kubelet_binary);
+        let mut images = vec![ImageMapping {
+            image: "streamjob/e2e-echo:*".into(),
+            binary: echo_binary.into(),
+            env: Default::default(),
+            aliases: vec![],
+        }];
+        if let Some(dir) = kubelet_binary.parent() {
+            for (image, bin) in [
+                ("streamjob/runtime:*", "streamjob-runtime"),
+                ("streamjob/operator:*", "streamjob-operator"),
+            ] {
+                let path = dir.join(bin);
+                if path.is_file() {
+                    images.push(ImageMapping {
+                        image: image.into(),
+                        binary: path,
+                        env: Default::default(),
+                        aliases: vec![],
+                    });
+                }
+            }
+        }
+        Self {
+            kubelet_binary,
+            images,
+        }
+    }
+}
+
+/// A running environment. Drop order stops the kubelet (and its pods) first, then MinIO, then
+/// the control plane; the watchdog covers the case where drop never runs.
+#[derive(Debug)]
+pub struct TestEnv {
+    kubelet: ManagedProcess,
+    /// The S3 server.
+    pub minio: Minio,
+    /// The control plane.
+    pub plane: ControlPlane,
+    /// External binaries.
+    pub bins: Binaries,
+    /// This run's folder (`target/e2e-runs/<timestamp>-<pid>/`).
+    pub run_dir: PathBuf,
+    /// The repository root.
+    pub repo_root: PathBuf,
+    /// The kubelet's configuration.
+    pub kubelet_config: KubeletConfig,
+    /// Wall time from start to a Ready node.
+    pub start_duration: Duration,
+    _watchdog: Watchdog,
+}
+
+static SHARED: tokio::sync::OnceCell<TestEnv> = tokio::sync::OnceCell::const_new();
+
+/// The environment shared by every test of this test binary, started on first use.
+/// Its processes are stopped by the watchdog when the test binary exits.
+pub async fn shared(opts: impl FnOnce() -> EnvOptions) -> Result<&'static TestEnv> {
+    SHARED.get_or_try_init(|| TestEnv::start(opts())).await
+}
+
+/// The repository root (parent of the `e2e` crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from)
+}
+
+impl TestEnv {
+    /// Starts control plane, MinIO and the process kubelet; waits for a Ready node and the
+    /// `default` ServiceAccount.
+    pub async fn start(opts: EnvOptions) -> Result<Self> {
+        let t0 = Instant::now();
+        let bins = Binaries::locate()?;
+        check_executable("process-kubelet", &opts.kubelet_binary)?;
+        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string();
+        let run_dir = target_dir()
+            .join("e2e-runs")
+            .join(format!("{stamp}-{}", std::process::id()));
+        std::fs::create_dir_all(&run_dir).ctx(|| format!("create {}", run_dir.display()))?;
+        tracing::info!(run_dir = %run_dir.display(), "starting e2e environment");
+        let watchdog = Watchdog::start(&run_dir)?;
+        let (plane, minio) = tokio::try_join!(
+            ControlPlane::start(&bins, &run_dir.join("cluster"), Some(&watchdog)),
+            Minio::start(&bins, &run_dir.join("minio"), Some(&watchdog)),
+        )?;
+
+        let kubelet_config = KubeletConfig {
+            node_name: NODE_NAME.into(),
+            run_dir: run_dir.join("pods"),
+            api_server: plane.server.clone(),
+            ca_file: plane.pki.ca.cert.clone(),
+            images: opts.images.clone(),
+            pod_ip_start: std::net::Ipv4Addr::new(127, 0, 1, 1),
+            capacity: Default::default(),
+            labels: Default::default(),
+            inherit_env: vec!["RUST_LOG".into(), "RUST_BACKTRACE".into()],
+            heartbeat_seconds: 10,
+        };
+        let kubelet_cfg_path = run_dir.join("process-kubelet.yaml");
+        kubelet_config.write(&kubelet_cfg_path)?;
+        let mut cmd = Command::new(&opts.kubelet_binary);
+        cmd.arg("--kubeconfig")
+            .arg(&plane.admin_kubeconfig)
+            .arg("--config")
+            .arg(&kubelet_cfg_path);
+        let mut kubelet = ManagedProcess::spawn("process-kubelet", cmd, &run_dir, Some(&watchdog))?
+            .with_grace(Duration::from_secs(40));
+
+        let client = plane.client().await?;
+        let nodes: Api<Node> = Api::all(client.clone());
+        poll_until(
+            "node Ready without not-ready taint",
+            Duration::from_secs(60),
+            Duration::from_millis(200),
+            || async {
+                kubelet.check_running()?;
+                let Some(node) = nodes.get_opt(NODE_NAME).await? else {
+                    return Ok(None);
+                };
+                let ready = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let tainted = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|ts| ts.iter().any(|t| t.key.starts_with("node.kubernetes.io/")));
+                Ok((ready && !tainted).then_some(()))
+            },
+        )
+        .await?;
+        wait_default_service_account(&client, "default").await?;
+        let start_duration = t0.elapsed();
+        tracing::info!(?start_duration, "e2e environment ready");
+        Ok(Self {
+            kubelet,
+            minio,
+            plane,
+            bins,
+            run_dir,
+            repo_root: repo_root(),
+            kubelet_config,
+            start_duration,
+            _watchdog: watchdog,
+        })
+    }
+
+    /// A new admin client (one per tokio runtime: each `#[tokio::test]` has its own).
+    pub async fn client(&self) -> Result<kube::Client> {
+        self.plane.client().await
+    }
+
+    /// The S3 endpoint.
+    pub fn s3(&self) -> &S3Endpoint {
+        self.minio.endpoint()
+    }
+
+    /// Creates a namespace `<prefix>-<random>` and waits for its `default` ServiceAccount.
+    pub async fn namespace(&self, prefix: &str) -> Result<String> {
+        let client = self.client().await?;
+        let name = format!("{prefix}-{:08x}", rand::random::<u32>());
+        let ns: Namespace = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+        }))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+        wait_default_service_account(&client, &name).await?;
+        Ok(name)
+    }
+
+    /// A `kubectl` command with the admin kubeconfig.
+    pub fn kubectl_command(&self) -> Command {
+        let mut cmd = Command::new(&self.bins.kubectl);
+        cmd.env("KUBECONFIG", &self.plane.admin_kubeconfig);
+        cmd
+    }
+
+    /// Runs kubectl with `args` and optional stdin; returns the output whatever the exit code.
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
+        run_with_stdin(self.kubectl_command(), args, stdin)
+    }
+
+    /// Runs kubectl and fails unless it exits 0; returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str], stdin: Option<&str>) -> Result<String> {
+        checked(self.kubectl(args, stdin)?, "kubectl", args)
+    }
+
+    /// Runs helm with the admin kubeconfig; fails unless it exits 0; returns stdout.
+    pub fn helm_ok(&self, args: &[&str]) -> Result<String> {
+        let mut cmd = Command::new(&self.bins.helm);
+        let cache = self.run_dir.join("helm");
+        cmd.env("KUBECONFIG", &self.plane.admin_kubeconfig)
+            .env("HELM_CACHE_HOME", cache.join("cache"))
+            .env("HELM_CONFIG_HOME", cache.join("config"))
+            .env("HELM_DATA_HOME", cache.join("data"));
+        checked(run_with_stdin(cmd, args, None)?, "helm", args)
+    }
+
+    /// `helm upgrade --install <release> charts/streamjob-operator -n <ns>` with `--set` values.
+    pub fn install_operator_chart(&self, release: &str, ns: &str, set: &[&str]) -> Result<String> {
+        let chart = self.repo_root.join("charts").join("streamjob-operator");
+        if !chart.join("Chart.yaml").is_file() {
+            return Err(Error::Other(format!(
+                "chart not found at {}",
+                chart.display()
+            )));
+        }
+        let chart = chart.display().to_string();
+        let mut args = vec![
+            "upgrade",
+            "--install",
+            release,
+            chart.as_str(),
+            "--namespace",
+            ns,
+            "--create-namespace",
+        ];
+        for s in set {
+            args.push("--set");
+            args.push(s);
+        }
+        self.helm_ok(&args)
+    }
+
+    /// Creates a bucket and a Secret `<secret>` in `ns` with the credentials
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`).
+    pub async fn bucket_with_secret(&self, ns: &str, bucket: &str, secret: &str) -> Result<()> {
+        let s3 = self.s3();
+        s3.create_bucket(bucket).await?;
+        let client = self.client().await?;
+        let sec: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret, "namespace": ns},
+            "stringData": {
+                "AWS_ACCESS_KEY_ID": s3.access_key,
+                "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+                "AWS_REGION": s3.region,
+                "AWS_ENDPOINT_URL": s3.url,
+            },
+        }))?;
+        Api::<Secret>::namespaced(client, ns)
+            .create(&PostParams::default(), &sec)
+            .await?;
+        Ok(())
+    }
+
+    /// The kubelet's pid (its process group holds every pod process).
+    pub fn kubelet_pid(&self) -> u32 {
+        self.kubelet.pid()
+    }
+
+    /// `(name, pid)` of every long-running process of the environment.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        let mut v: Vec<(String, u32)> = self
+            .plane
+            .pids()
+            .into_iter()
+            .map(|(n, p)| (n.to_string(), p))
+            .collect();
+        v.push(("process-kubelet".into(), self.kubelet.pid()));
+        v.push(("minio".into(), self.minio.pid()));
+        v
+    }
+}
+
+fn run_with_stdin(mut cmd: Command, args: &[&str], stdin: Option<&str>) -> Result<Output> {
+    cmd.args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+    let mut child = cmd.spawn().ctx(|| format!("spawn {cmd:?}"))?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        use std::io::Write;
+        pipe.write_all(input.as_bytes())
+            .ctx(|| "write stdin".to_string())?;
+    }
+    child.wait_with_output().ctx(|| format!("wait {cmd:?}"))
+}
+
+fn checked(out: Output, tool: &str, args: &[&str]) -> Result<String> {
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(Error::Command {
+            command: format!("{tool} {}", args.join(" ")),
+            status: out.status.to_string(),
+            stderr: format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
+            ),
+        })
+    }
+}
+
+async fn wait_default_service_account(client: &kube::Client, ns: &str) -> Result<()> {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    poll_until(
+        &format!("ServiceAccount {ns}/default"),
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async { Ok(sas.get_opt("default").await?.map(|_| ())) },
+    )
+    .await
+}
+
+/// Polls `api.get(name)` until `pred` holds; returns the object.
+pub async fn wait_for<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&K) -> bool,
+) -> Result<K>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    poll_until(
+        &format!("{name}: {what}"),
+        timeout,
+        Duration::from_millis(200),
+        || async { Ok(api.get_opt(name).await?.filter(|o| pred(o))) },
+    )
+    .await
+}
+
+/// Polls until `api.get(name)` is 404.
+pub async fn wait_deleted<K>(api: &Api<K>, name: &str, timeout: Duration) -> Result<()>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    poll_until(
+        &format!("{name} deleted"),
+        timeout,
+        Duration::from_millis(200),
+        || async { Ok(api.get_opt(name).await?.is_none().then_some(())) },
+    )
+    .await
+}
+
+/// The status of condition `type_` in `.status.conditions` of any object, if present.
+pub fn condition_status<K: Serialize>(obj: &K, type_: &str) -> Option<String> {
+    let v = serde_json::to_value(obj).ok()?;
+    v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["status"].as_str().map(str::to_string))
+}
+
+/// Polls until condition `type_` of object `name` has `status` (`"True"`, ...).
+pub async fn wait_condition<K>(
+    api: &Api<K>,
+    name: &str,
+    type_: &str,
+    status: &str,
+    timeout: Duration,
+) -> Result<K>
+where
+    K: Clone + DeserializeOwned + Debug + Serialize,
+{
+    wait_for(
+        api,
+        name,
+        &format!("condition {type_}={status}"),
+        timeout,
+        |o| condition_status(o, type_).as_deref() == Some(status),
+    )
+    .await
+}
