@@ -1,0 +1,1308 @@
+//! `streamjob.io/v1alpha1`: the StreamJob spec a user writes and the status the operator reports.
+//!
+//! Doc comments on fields are the descriptions `kubectl explain streamjob.spec...` shows.
+//! "Exactly one of" choices are structs of optional fields plus a CEL rule: Kubernetes structural
+//! schemas cannot express Rust enums with data, and this keeps the YAML the way users write it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const API_VERSION: &str = "streamjob.io/v1alpha1";
+pub const KIND: &str = "StreamJob";
+
+/// A long-running streaming job: its pipeline, how it is checkpointed, and how the operator moves
+/// it to a new version when the spec changes.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "streamjob.io",
+    version = "v1alpha1",
+    kind = "StreamJob",
+    plural = "streamjobs",
+    shortname = "sj",
+    namespaced,
+    status = "StreamJobStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","description":"Lifecycle phase of the job"}"#,
+    printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image","description":"Runtime image of the job"}"#,
+    printcolumn = r#"{"name":"Parallelism","type":"integer","jsonPath":".spec.parallelism","description":"Subtasks per operator"}"#,
+    printcolumn = r#"{"name":"Last Savepoint","type":"date","jsonPath":".status.lastSavepoint.time","description":"When the latest savepoint completed"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.maxParallelism >= self.parallelism",
+        "message": "spec.maxParallelism must be at least spec.parallelism: raise maxParallelism or lower parallelism"
+    }
+]))]
+pub struct StreamJobSpec {
+    /// Container image with the `streamjob-runtime` binary (or a user binary built on the runtime
+    /// library). Changing it upgrades the job through a savepoint.
+    #[schemars(length(min = 1))]
+    pub image: String,
+
+    /// Image pull policy for the runtime pods (Always, IfNotPresent, Never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<String>,
+
+    /// Number of parallel subtasks of every operator. Changing it rescales the job through a
+    /// savepoint (key groups are re-divided among subtasks).
+    #[serde(default = "default_parallelism")]
+    #[schemars(range(min = 1, max = 32768))]
+    pub parallelism: u32,
+
+    /// Number of key groups keyed state is partitioned into; the upper bound for parallelism.
+    /// Fixed for the life of the job's state: it cannot be changed once set.
+    #[serde(default = "default_max_parallelism")]
+    #[schemars(range(min = 1, max = 32768))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {
+            "rule": "self == oldSelf",
+            "message": "spec.maxParallelism is immutable: it fixes the key groups of the job's state; create a new StreamJob (from a savepoint) to change it"
+        }
+    ]))]
+    pub max_parallelism: u32,
+
+    /// Desired state: `running`, or `suspended` (the job is stopped with a savepoint and resumes
+    /// from it when set back to `running`).
+    #[serde(default)]
+    pub state: JobState,
+
+    /// How spec changes are rolled out.
+    #[serde(default)]
+    pub upgrade: UpgradeSpec,
+
+    /// Periodic checkpoints: the job's recovery points after failures.
+    pub checkpoints: CheckpointSpec,
+
+    /// Savepoints: user-owned, relocatable snapshots taken for upgrades, on request and periodically.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savepoints: Option<SavepointSpec>,
+
+    /// Savepoint (or retained checkpoint) path the job starts from when it is first deployed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_savepoint: Option<String>,
+
+    /// How runtime pods reach object stores and HDFS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageSpec>,
+
+    /// Where records rejected by an operator with `onBadRecord: deadLetter` are written
+    /// (a directory path or URL, for example s3://bucket/dead-letter/clicks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_path: Option<String>,
+
+    /// The job graph, a chain of steps from one source to one sink. Every step has a stable `uid`
+    /// that its state is matched by when the job is restored from a savepoint.
+    #[schemars(length(min = 2, max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {
+            "rule": "self.all(s, self.filter(t, t.uid == s.uid).size() == 1)",
+            "message": "spec.pipeline: every step's uid must be unique: rename the duplicate uid"
+        },
+        {
+            "rule": "has(self[0].source) && self.filter(s, has(s.source)).size() == 1",
+            "message": "spec.pipeline: the first step must be the job's only source: put exactly one step with `source` at the head"
+        },
+        {
+            "rule": "(has(self[size(self) - 1].fileSink) || has(self[size(self) - 1].print)) && self.filter(s, has(s.fileSink) || has(s.print)).size() == 1",
+            "message": "spec.pipeline: the last step must be the job's only sink: end the pipeline with exactly one `fileSink` or `print` step"
+        }
+    ]))]
+    pub pipeline: Vec<PipelineStep>,
+
+    /// Overrides merged into the runtime pods: resources, nodeSelector, tolerations, service
+    /// account, extra env and labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateSpec>,
+}
+
+fn default_parallelism() -> u32 {
+    1
+}
+
+fn default_max_parallelism() -> u32 {
+    128
+}
+
+/// Desired run state of a job.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// The job runs.
+    #[default]
+    Running,
+    /// The job is stopped with a savepoint and restores from it when resumed.
+    Suspended,
+}
+
+/// How a changed spec is rolled out.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeSpec {
+    /// Which state the new version starts from: `savepoint` (stop the old job with a savepoint),
+    /// `last-state` (the latest completed checkpoint; for jobs that cannot take a savepoint), or
+    /// `stateless` (start empty).
+    #[serde(default)]
+    pub mode: UpgradeMode,
+
+    /// `InPlace` stops the old version and starts the new one; `Shadow` starts the new version's pods
+    /// beside the old ones and keeps the old ones warm until the new one is promoted.
+    #[serde(default)]
+    pub strategy: UpgradeStrategy,
+
+    /// Restore even when savepoint state belongs to an operator uid the new pipeline no longer has;
+    /// that state is dropped.
+    #[serde(default)]
+    pub allow_non_restored_state: bool,
+
+    /// The new version must complete its first checkpoint within this duration, or the operator rolls
+    /// back to the last stable spec.
+    #[serde(default = "default_readiness_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub readiness_timeout: String,
+
+    /// How long a savepoint for an upgrade may take before the upgrade is abandoned and the old
+    /// version keeps running.
+    #[serde(default = "default_savepoint_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub savepoint_timeout: String,
+}
+
+impl Default for UpgradeSpec {
+    fn default() -> Self {
+        Self {
+            mode: UpgradeMode::default(),
+            strategy: UpgradeStrategy::default(),
+            allow_non_restored_state: false,
+            readiness_timeout: default_readiness_timeout(),
+            savepoint_timeout: default_savepoint_timeout(),
+        }
+    }
+}
+
+fn default_readiness_timeout() -> String {
+    "5m".to_string()
+}
+
+fn default_savepoint_timeout() -> String {
+    "10m".to_string()
+}
+
+/// Which state an upgraded job starts from.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpgradeMode {
+    #[default]
+    Savepoint,
+    LastState,
+    Stateless,
+}
+
+/// How the new version replaces the old one.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UpgradeStrategy {
+    #[default]
+    InPlace,
+    Shadow,
+}
+
+/// Periodic checkpoints.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointSpec {
+    /// Time between the start of two checkpoints, for example 30s.
+    #[serde(default = "default_checkpoint_interval")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub interval: String,
+
+    /// Directory checkpoints are written to: s3://bucket/prefix, hdfs://namenode/path, or a local
+    /// path (local mode only).
+    #[schemars(length(min = 1))]
+    pub dir: String,
+
+    /// A checkpoint that has not completed within this duration is aborted.
+    #[serde(default = "default_checkpoint_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub timeout: String,
+
+    /// Number of completed checkpoints kept; older ones are deleted.
+    #[serde(default = "default_retained")]
+    #[schemars(range(min = 1, max = 100))]
+    pub retained: u32,
+}
+
+fn default_checkpoint_interval() -> String {
+    "30s".to_string()
+}
+
+fn default_checkpoint_timeout() -> String {
+    "10m".to_string()
+}
+
+fn default_retained() -> u32 {
+    3
+}
+
+/// Savepoints.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SavepointSpec {
+    /// Directory savepoints are written to. Defaults to `<checkpoints.dir>/savepoints`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+
+    /// Change this number (for example increment it) to have the operator take a savepoint now.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub trigger_nonce: i64,
+
+    /// Take a savepoint at this interval (for example 1h). Unset: no periodic savepoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub periodic: Option<String>,
+
+    /// Which savepoints the operator keeps; older ones are disposed (the savepoint a running or
+    /// rolled-back job depends on is always kept).
+    #[serde(default)]
+    pub history: SavepointHistorySpec,
+
+    /// Delete the job's savepoints when the StreamJob is deleted.
+    #[serde(default)]
+    pub dispose_on_delete: bool,
+}
+
+/// Savepoint retention.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SavepointHistorySpec {
+    /// Keep at most this many savepoints.
+    #[serde(default = "default_history_max_count")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_count: u32,
+
+    /// Dispose savepoints older than this (for example 7d). Unset: no age limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub max_age: Option<String>,
+}
+
+impl Default for SavepointHistorySpec {
+    fn default() -> Self {
+        Self {
+            max_count: default_history_max_count(),
+            max_age: None,
+        }
+    }
+}
+
+fn default_history_max_count() -> u32 {
+    10
+}
+
+/// How runtime pods reach object stores and HDFS.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// S3 or an S3-compatible store (MinIO, Ceph, ...), used for s3:// paths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Storage>,
+
+    /// HDFS, used for hdfs:// paths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hdfs: Option<HdfsStorage>,
+
+    /// Connection limits per store (Flink's fs.<scheme>.limit.*).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ConnectionLimits>,
+}
+
+/// An S3 or S3-compatible store.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Storage {
+    /// Endpoint URL, for example https://minio.storage.svc:9000. Unset: AWS S3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+
+    /// Region, for example eu-west-1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+
+    /// Secret in the job's namespace holding the access key id and secret access key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<CredentialsSecretRef>,
+
+    /// Allow plain http endpoints (test and in-cluster stores only).
+    #[serde(default)]
+    pub allow_http: bool,
+
+    /// Use virtual-hosted-style requests (bucket in the host name) instead of path-style.
+    #[serde(default)]
+    pub virtual_hosted_style: bool,
+}
+
+/// A Secret with S3 credentials.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsSecretRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1))]
+    pub name: String,
+
+    /// Key of the access key id in the Secret. Default AWS_ACCESS_KEY_ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id_key: Option<String>,
+
+    /// Key of the secret access key in the Secret. Default AWS_SECRET_ACCESS_KEY.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_access_key_key: Option<String>,
+}
+
+/// An HDFS cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HdfsStorage {
+    /// Name node address, for example hdfs://namenode:8020.
+    #[schemars(length(min = 1))]
+    pub name_node: String,
+}
+
+/// Connection limits for one store.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionLimits {
+    /// Maximum concurrent connections (reads and writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_connections: Option<u32>,
+
+    /// Maximum concurrent reading connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_input_connections: Option<u32>,
+
+    /// Maximum concurrent writing connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_output_connections: Option<u32>,
+
+    /// How long a request waits for a free connection before it fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub timeout: Option<String>,
+}
+
+/// One step of the pipeline: exactly one of the operator kinds, with a stable uid.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.source), has(self.filter), has(self.project), has(self.keyBy), has(self.dedup), has(self.custom), has(self.fileSink), has(self.print)].filter(x, x).size() == 1",
+        "message": "spec.pipeline[]: each step must have exactly one of source, filter, project, keyBy (with window and aggregate), dedup, custom, fileSink or print"
+    },
+    {
+        "rule": "has(self.keyBy) == has(self.window) && has(self.keyBy) == has(self.aggregate)",
+        "message": "spec.pipeline[]: keyBy, window and aggregate go together in one step: set all three or none"
+    }
+]))]
+pub struct PipelineStep {
+    /// Stable identifier of this operator. Its state is matched by uid on restore, so keep it
+    /// unchanged across versions of the job. Lowercase letters, digits and '-'.
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub uid: String,
+
+    /// Display name; defaults to the uid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+
+    /// Parallelism of this step; defaults to spec.parallelism.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 32768))]
+    pub parallelism: Option<u32>,
+
+    /// What to do with a record this step cannot process: fail the job (default), skip it
+    /// (counted), or write it to spec.deadLetterPath (counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_bad_record: Option<BadRecordPolicy>,
+
+    /// Source of records; only the first step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceSpec>,
+
+    /// Keep records for which this SQL boolean expression is true, for example `amount > 0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub filter: Option<String>,
+
+    /// Replace each record by these columns, each a SQL expression over the input columns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<Vec<ProjectColumn>>,
+
+    /// Key columns of a keyed window aggregation (with window and aggregate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_by: Option<Vec<String>>,
+
+    /// Window of a keyed aggregation (with keyBy and aggregate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowSpec>,
+
+    /// Aggregates computed per key and window (with keyBy and window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<AggregateSpec>,
+
+    /// Drop records whose key was already seen within a time bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup: Option<DedupSpec>,
+
+    /// An operator registered by name in the job's own binary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom: Option<CustomSpec>,
+
+    /// Exactly-once file sink: the last step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_sink: Option<FileSinkSpec>,
+
+    /// Debug sink printing records to standard output: the last step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub print: Option<PrintSinkSpec>,
+}
+
+/// Policy for records an operator cannot process.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum BadRecordPolicy {
+    #[default]
+    Fail,
+    Skip,
+    DeadLetter,
+}
+
+/// A source: exactly one of generator, nexmark, files, kafka.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.generator), has(self.nexmark), has(self.files), has(self.kafka)].filter(x, x).size() == 1",
+        "message": "spec.pipeline[].source: set exactly one of generator, nexmark, files or kafka"
+    }
+]))]
+pub struct SourceSpec {
+    /// Deterministic generator of `{id, key, value, ts}` records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<GeneratorSource>,
+
+    /// Nexmark benchmark events (persons, auctions, bids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nexmark: Option<NexmarkSource>,
+
+    /// Files under an object-store prefix, discovered continuously or read once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<FilesSource>,
+
+    /// A Kafka topic; offsets are kept in checkpoint state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaSource>,
+
+    /// Watermarks: how far event time may go backwards before records count as late.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<WatermarkSpec>,
+}
+
+/// Deterministic records `{id, key, value, ts}` computed from the seed and the record id alone, so
+/// the expected output of a job is computable.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratorSource {
+    /// Number of records; the job ends after them (bounded). Unset: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub count: Option<u64>,
+
+    /// Records per second over all subtasks. Unset: as fast as possible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub rate_per_second: Option<u64>,
+
+    /// Number of distinct keys (`key-0` .. `key-<keys-1>`).
+    #[serde(default = "default_generator_keys")]
+    #[schemars(range(min = 1))]
+    pub keys: u64,
+
+    /// Seed of the value and key sequence.
+    #[serde(default)]
+    pub seed: u64,
+
+    /// Event time of record 0 (RFC 3339). Default 2024-01-01T00:00:00Z.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+
+    /// Event time between consecutive records. Default 1ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub event_interval: Option<String>,
+}
+
+fn default_generator_keys() -> u64 {
+    1000
+}
+
+/// Nexmark events as in the Nexmark benchmark.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NexmarkSource {
+    /// Number of events; the job ends after them. Unset: unbounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub events: Option<u64>,
+
+    /// Events per second over all subtasks. Unset: as fast as possible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub rate_per_second: Option<u64>,
+
+    /// Only emit these event kinds (person, auction, bid). Unset: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_kinds: Option<Vec<NexmarkEventKind>>,
+}
+
+/// A Nexmark event kind.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NexmarkEventKind {
+    Person,
+    Auction,
+    Bid,
+}
+
+/// Files under a prefix.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FilesSource {
+    /// Directory or prefix to read: s3://bucket/prefix, hdfs://..., or a local path.
+    #[schemars(length(min = 1))]
+    pub path: String,
+
+    /// Format of the files.
+    pub format: SourceFormat,
+
+    /// Columns of JSON lines and CSV files (Parquet files carry their own schema).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Vec<FieldSpec>>,
+
+    /// Look for new files at this interval. Unset: read the files present at start, then end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub discovery_interval: Option<String>,
+
+    /// Column holding the event time. Unset: processing time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_time_field: Option<String>,
+}
+
+/// Format of source files: exactly one of jsonLines, csv, parquet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.jsonLines), has(self.csv), has(self.parquet)].filter(x, x).size() == 1",
+        "message": "format: set exactly one of jsonLines, csv or parquet"
+    }
+]))]
+pub struct SourceFormat {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_lines: Option<RowFormat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csv: Option<CsvFormat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parquet: Option<ParquetFormat>,
+}
+
+/// A column of a record.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldSpec {
+    /// Column name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Column type.
+    #[serde(rename = "type")]
+    pub field_type: FieldType,
+    /// Whether the column may be missing or null.
+    #[serde(default)]
+    pub nullable: bool,
+}
+
+/// Column types.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    String,
+    Int64,
+    Uint64,
+    Float64,
+    Bool,
+    /// Milliseconds since the Unix epoch, or an RFC 3339 string in JSON and CSV.
+    Timestamp,
+}
+
+/// A Kafka topic.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaSource {
+    /// Comma-separated bootstrap servers.
+    #[schemars(length(min = 1))]
+    pub bootstrap_servers: String,
+    /// Topic to read.
+    #[schemars(length(min = 1))]
+    pub topic: String,
+    /// Where to start without restored offsets: earliest or latest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting_offsets: Option<String>,
+    /// Format of the record values.
+    pub format: SourceFormat,
+    /// Columns of JSON and CSV values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Vec<FieldSpec>>,
+}
+
+/// Watermark generation at the source.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WatermarkSpec {
+    /// Bounded out-of-orderness: the watermark trails the largest event time seen by this much.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub max_out_of_orderness: Option<String>,
+
+    /// A source subtask without records for this long stops holding the watermark back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub idle_timeout: Option<String>,
+}
+
+/// An output column of a projection.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectColumn {
+    /// Output column name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// SQL expression over the input columns, for example `price * 0.908`.
+    #[schemars(length(min = 1))]
+    pub expr: String,
+}
+
+/// A window: exactly one of tumbling, sliding, session.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.tumbling), has(self.sliding), has(self.session)].filter(x, x).size() == 1",
+        "message": "spec.pipeline[].window: set exactly one of tumbling, sliding or session"
+    }
+]))]
+pub struct WindowSpec {
+    /// Fixed-size, non-overlapping windows of this length, for example 1m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub tumbling: Option<String>,
+
+    /// Overlapping windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding: Option<SlidingWindow>,
+
+    /// Windows per key closed after a gap of inactivity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionWindow>,
+
+    /// Records this late (behind the watermark) still update their window; later ones are dropped
+    /// and counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub allowed_lateness: Option<String>,
+}
+
+/// Sliding windows.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SlidingWindow {
+    /// Window length, for example 10s.
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub size: String,
+    /// Distance between window starts, for example 2s.
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub slide: String,
+}
+
+/// Session windows.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionWindow {
+    /// Inactivity gap that closes a session, for example 5m.
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub gap: String,
+}
+
+/// Aggregates per key and window. Output columns: the key columns, `window_start`, `window_end`,
+/// then `count`, `sum_<field>`, `min_<field>`, `max_<field>`, `avg_<field>`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "(has(self.count) && self.count) || (has(self.sum) && size(self.sum) > 0) || (has(self.min) && size(self.min) > 0) || (has(self.max) && size(self.max) > 0) || (has(self.avg) && size(self.avg) > 0)",
+        "message": "spec.pipeline[].aggregate: choose at least one aggregate (count, sum, min, max or avg)"
+    }
+]))]
+pub struct AggregateSpec {
+    /// Count records.
+    #[serde(default)]
+    pub count: bool,
+    /// Sum these numeric columns.
+    #[serde(default)]
+    pub sum: Vec<String>,
+    /// Minimum of these columns.
+    #[serde(default)]
+    pub min: Vec<String>,
+    /// Maximum of these columns.
+    #[serde(default)]
+    pub max: Vec<String>,
+    /// Average of these numeric columns.
+    #[serde(default)]
+    pub avg: Vec<String>,
+}
+
+/// Deduplication by key within a time bound.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DedupSpec {
+    /// Columns that identify a record.
+    #[schemars(length(min = 1))]
+    pub keys: Vec<String>,
+    /// How long (in event time) a seen key is remembered.
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub within: String,
+}
+
+/// An operator registered by name in the job's own binary.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomSpec {
+    /// Name the operator is registered under.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Settings handed to the operator.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    /// Whether the operator keeps state (its state is matched by uid like built-in operators').
+    #[serde(default)]
+    pub stateful: bool,
+}
+
+/// The exactly-once file sink (Flink's StreamingFileSink, made exactly-once on object stores).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileSinkSpec {
+    /// Base path: s3://bucket/prefix, hdfs://namenode/path, or a local path (local mode).
+    #[schemars(length(min = 1))]
+    pub path: String,
+
+    /// Output format.
+    pub format: SinkFormat,
+
+    /// Which bucket (sub-directory) each record goes to. Default: dateTime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_assigner: Option<BucketAssignerSpec>,
+
+    /// When part files are rolled. Bulk formats (Parquet) always roll on checkpoint too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_policy: Option<RollingPolicySpec>,
+
+    /// Part file names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_file_config: Option<OutputFileConfig>,
+
+    /// Merge a bucket's small finished files at commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<CompactionSpec>,
+
+    /// Write a `_SUCCESS` marker into a bucket when no more data is expected for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_marker: Option<SuccessMarkerSpec>,
+}
+
+/// Format of output files: exactly one of jsonLines, csv, parquet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.jsonLines), has(self.csv), has(self.parquet)].filter(x, x).size() == 1",
+        "message": "spec.pipeline[].fileSink.format: set exactly one of jsonLines, csv or parquet"
+    }
+]))]
+pub struct SinkFormat {
+    /// One JSON object per line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_lines: Option<RowFormat>,
+    /// Comma-separated values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csv: Option<CsvFormat>,
+    /// Apache Parquet (bulk format: rolls on every checkpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parquet: Option<ParquetFormat>,
+}
+
+/// A row format with optional compression.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RowFormat {
+    /// Compression of the whole file.
+    #[serde(default)]
+    pub compression: RowCompression,
+}
+
+/// CSV.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CsvFormat {
+    /// Compression of the whole file.
+    #[serde(default)]
+    pub compression: RowCompression,
+    /// Write (or expect) a header line.
+    #[serde(default = "default_true")]
+    pub header: bool,
+    /// Field delimiter, one character.
+    #[serde(default = "default_delimiter")]
+    #[schemars(length(min = 1, max = 1))]
+    pub delimiter: String,
+}
+
+impl Default for CsvFormat {
+    fn default() -> Self {
+        Self {
+            compression: RowCompression::None,
+            header: true,
+            delimiter: default_delimiter(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_delimiter() -> String {
+    ",".to_string()
+}
+
+/// Compression of row-format files.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RowCompression {
+    #[default]
+    None,
+    Gzip,
+    Zstd,
+}
+
+/// Parquet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ParquetFormat {
+    /// Column compression codec.
+    #[serde(default)]
+    pub compression: ParquetCompression,
+    /// Maximum rows per row group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub row_group_size: Option<u64>,
+}
+
+/// Parquet codecs.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ParquetCompression {
+    None,
+    Snappy,
+    Gzip,
+    Lz4,
+    #[default]
+    Zstd,
+}
+
+/// Bucket assigner: exactly one of dateTime, basePath, field.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.dateTime), has(self.basePath), has(self.field)].filter(x, x).size() == 1",
+        "message": "spec.pipeline[].fileSink.bucketAssigner: set exactly one of dateTime, basePath or field"
+    }
+]))]
+pub struct BucketAssignerSpec {
+    /// One bucket per formatted date-time (processing or event time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date_time: Option<DateTimeBucketAssigner>,
+    /// Everything in the base path (a single bucket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_path: Option<EmptySpec>,
+    /// Hive-style `field=value` partitions, one directory level per field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<FieldBucketAssigner>,
+}
+
+/// An option that takes no settings: write `{}`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct EmptySpec {}
+
+/// Date-time buckets.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DateTimeBucketAssigner {
+    /// strftime format of the bucket name. Default `%Y-%m-%d--%H`.
+    #[serde(default = "default_bucket_format")]
+    #[schemars(length(min = 1))]
+    pub format: String,
+    /// Time zone: UTC or a fixed offset such as +02:00.
+    #[serde(default = "default_timezone")]
+    pub timezone: String,
+    /// Which time: processing (default, as Flink) or event.
+    #[serde(default)]
+    pub time: BucketTime,
+}
+
+impl Default for DateTimeBucketAssigner {
+    fn default() -> Self {
+        Self {
+            format: default_bucket_format(),
+            timezone: default_timezone(),
+            time: BucketTime::default(),
+        }
+    }
+}
+
+fn default_bucket_format() -> String {
+    "%Y-%m-%d--%H".to_string()
+}
+
+fn default_timezone() -> String {
+    "UTC".to_string()
+}
+
+/// Which clock assigns date-time buckets.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BucketTime {
+    #[default]
+    Processing,
+    Event,
+}
+
+/// Field-value buckets.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldBucketAssigner {
+    /// Columns, outermost directory first.
+    #[schemars(length(min = 1))]
+    pub fields: Vec<String>,
+}
+
+/// Rolling policy: exactly one of default, onCheckpoint.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.default), has(self.onCheckpoint)].filter(x, x).size() == 1",
+        "message": "spec.pipeline[].fileSink.rollingPolicy: set exactly one of default or onCheckpoint"
+    }
+]))]
+pub struct RollingPolicySpec {
+    /// Roll on size, age or inactivity (and, for bulk formats, on checkpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<DefaultRollingPolicy>,
+    /// Roll on every checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_checkpoint: Option<EmptySpec>,
+}
+
+/// Flink's DefaultRollingPolicy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DefaultRollingPolicy {
+    /// Roll when the part file reaches this size. Default 128MiB.
+    #[serde(default = "default_max_part_size")]
+    #[schemars(regex(pattern = r"^[0-9]+(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?$"))]
+    pub max_part_size: String,
+    /// Roll a part file open this long. Default 60s.
+    #[serde(default = "default_rollover_interval")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub rollover_interval: String,
+    /// Roll a part file that received nothing for this long. Default 60s.
+    #[serde(default = "default_rollover_interval")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub inactivity_interval: String,
+    /// How often time-based rolling is checked. Default 60s.
+    #[serde(default = "default_rollover_interval")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub bucket_check_interval: String,
+}
+
+impl Default for DefaultRollingPolicy {
+    fn default() -> Self {
+        Self {
+            max_part_size: default_max_part_size(),
+            rollover_interval: default_rollover_interval(),
+            inactivity_interval: default_rollover_interval(),
+            bucket_check_interval: default_rollover_interval(),
+        }
+    }
+}
+
+fn default_max_part_size() -> String {
+    "128MiB".to_string()
+}
+
+fn default_rollover_interval() -> String {
+    "60s".to_string()
+}
+
+/// Part file naming: `{partPrefix}-{subtask}-{counter}{partSuffix}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputFileConfig {
+    /// Prefix of part file names. Default `part`.
+    #[serde(default = "default_part_prefix")]
+    #[schemars(length(min = 1), regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"))]
+    pub part_prefix: String,
+    /// Suffix of part file names, for example `.parquet`. Default: the format's extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9._-]*$"))]
+    pub part_suffix: Option<String>,
+}
+
+impl Default for OutputFileConfig {
+    fn default() -> Self {
+        Self {
+            part_prefix: default_part_prefix(),
+            part_suffix: None,
+        }
+    }
+}
+
+fn default_part_prefix() -> String {
+    "part".to_string()
+}
+
+/// Small-file compaction.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionSpec {
+    /// Finished files smaller than this are merged into one file per bucket at commit.
+    #[schemars(regex(pattern = r"^[0-9]+(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?$"))]
+    pub target_size: String,
+}
+
+/// `_SUCCESS` markers.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SuccessMarkerSpec {
+    /// A date-time bucket is closed once the watermark passes its end plus this lateness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub allowed_lateness: Option<String>,
+}
+
+/// Debug sink printing records.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrintSinkSpec {
+    /// Print only the first this many records of each batch (all when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Status
+// ---------------------------------------------------------------------------------------------
+
+/// What the operator observed and did. The upgrade fields are its write-ahead log: they are
+/// written before any destructive step, so a restarted operator resumes where it stopped.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamJobStatus {
+    /// Lifecycle phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+
+    /// The metadata.generation the status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Ready, Upgrading, UpgradeBlocked, Degraded, RolledBack.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+
+    /// The version that is deployed now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<DeploymentStatus>,
+
+    /// Hash of the last spec that ran stably (completed a checkpoint); rollbacks return to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_stable_spec_hash: Option<String>,
+
+    /// The last stable spec itself (JSON), so a rollback does not depend on the current spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_stable_spec: Option<String>,
+
+    /// Latest completed checkpoint reported by the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checkpoint: Option<CheckpointInfo>,
+
+    /// Latest completed savepoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_savepoint: Option<SavepointInfo>,
+
+    /// Savepoints the operator keeps track of, newest last.
+    #[serde(default)]
+    pub savepoint_history: Vec<SavepointInfo>,
+
+    /// The last savepoints.triggerNonce the operator acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_nonce: Option<i64>,
+
+    /// A savepoint the operator has asked the job for and not yet seen complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_savepoint: Option<PendingSavepoint>,
+
+    /// Progress of an upgrade, rescale, suspend or rollback in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
+
+    /// Human-readable summary of the latest problem, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Lifecycle phases.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    Deploying,
+    Running,
+    Upgrading,
+    RollingBack,
+    Suspended,
+    Finished,
+    Failed,
+}
+
+/// What is deployed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentStatus {
+    /// Hash of the deployed spec.
+    pub spec_hash: String,
+    /// Image of the deployed runtime pods.
+    pub image: String,
+    /// Parallelism of the deployed job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<u32>,
+    /// What the deployed job started from.
+    pub started_from: StartedFrom,
+    /// Path of the savepoint or checkpoint it started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Name of the runtime workload (the pods' owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+    /// When it was deployed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+}
+
+/// What a deployment started from.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StartedFrom {
+    #[default]
+    Empty,
+    Savepoint,
+    Checkpoint,
+}
+
+/// A completed checkpoint.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointInfo {
+    /// Checkpoint id.
+    pub id: u64,
+    /// Path of the checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Completion time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+}
+
+/// A completed savepoint.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SavepointInfo {
+    /// Path of the savepoint.
+    pub path: String,
+    /// Completion time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    /// Why it was taken: upgrade, suspend, trigger, periodic, rescale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Hash of the spec of the job that took it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_hash: Option<String>,
+}
+
+/// A savepoint in flight.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingSavepoint {
+    /// Request id returned by the job's control API.
+    pub request_id: String,
+    /// Why it was requested.
+    pub reason: String,
+    /// Whether the job stops after it (stop-with-savepoint).
+    #[serde(default)]
+    pub stop: bool,
+    /// When it was requested (RFC 3339).
+    pub started_at: String,
+}
+
+/// Progress of a transition.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStatus {
+    /// Spec hash of the version being replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Spec hash of the target version.
+    pub to: String,
+    /// The target spec (JSON), so the upgrade can finish even if the spec changes again meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_spec: Option<String>,
+    /// Current step of the upgrade state machine.
+    pub step: String,
+    /// When the upgrade started (RFC 3339).
+    pub started_at: String,
+    /// Savepoint or checkpoint the new version restores from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savepoint: Option<String>,
+    /// Details of the current step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

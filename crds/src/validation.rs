@@ -1,0 +1,641 @@
+//! Rust-side validation: every rule the CRD's schema and CEL rules enforce, plus what they cannot
+//! (durations and sizes parsed, cross-field references). The runtime runs it before it starts a job;
+//! the operator runs it before it acts and turns failures into a condition, never a crash loop.
+
+use std::collections::BTreeSet;
+
+use crate::units::{parse_duration, parse_size};
+use crate::v1alpha1::{
+    AggregateSpec, FileSinkSpec, PipelineStep, SourceSpec, StreamJob, StreamJobSpec, WindowSpec,
+};
+use crate::{Error, Result};
+
+/// The operator kind of one pipeline step, borrowed from the step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StepKind<'a> {
+    Source(&'a SourceSpec),
+    Filter(&'a str),
+    Project(&'a [crate::v1alpha1::ProjectColumn]),
+    WindowAggregate {
+        key_by: &'a [String],
+        window: &'a WindowSpec,
+        aggregate: &'a AggregateSpec,
+    },
+    Dedup(&'a crate::v1alpha1::DedupSpec),
+    Custom(&'a crate::v1alpha1::CustomSpec),
+    FileSink(&'a FileSinkSpec),
+    Print(&'a crate::v1alpha1::PrintSinkSpec),
+}
+
+impl StepKind<'_> {
+    /// Name of the kind as written in manifests and savepoint metadata.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StepKind::Source(_) => "source",
+            StepKind::Filter(_) => "filter",
+            StepKind::Project(_) => "project",
+            StepKind::WindowAggregate { .. } => "windowAggregate",
+            StepKind::Dedup(_) => "dedup",
+            StepKind::Custom(_) => "custom",
+            StepKind::FileSink(_) => "fileSink",
+            StepKind::Print(_) => "print",
+        }
+    }
+
+    /// Whether the step is a sink (the pipeline's end).
+    pub fn is_sink(&self) -> bool {
+        matches!(self, StepKind::FileSink(_) | StepKind::Print(_))
+    }
+}
+
+impl PipelineStep {
+    /// The step's single operator kind, or an error naming the step and what is wrong.
+    pub fn kind(&self) -> Result<StepKind<'_>> {
+        let mut kinds = Vec::new();
+        if let Some(source) = &self.source {
+            kinds.push(StepKind::Source(source));
+        }
+        if let Some(filter) = &self.filter {
+            kinds.push(StepKind::Filter(filter));
+        }
+        if let Some(project) = &self.project {
+            kinds.push(StepKind::Project(project));
+        }
+        match (&self.key_by, &self.window, &self.aggregate) {
+            (Some(key_by), Some(window), Some(aggregate)) => {
+                kinds.push(StepKind::WindowAggregate {
+                    key_by,
+                    window,
+                    aggregate,
+                })
+            }
+            (None, None, None) => {}
+            _ => {
+                return Err(Error::Invalid(vec![format!(
+                    "spec.pipeline[{}]: keyBy, window and aggregate go together in one step: set all three or none",
+                    self.uid
+                )]));
+            }
+        }
+        if let Some(dedup) = &self.dedup {
+            kinds.push(StepKind::Dedup(dedup));
+        }
+        if let Some(custom) = &self.custom {
+            kinds.push(StepKind::Custom(custom));
+        }
+        if let Some(sink) = &self.file_sink {
+            kinds.push(StepKind::FileSink(sink));
+        }
+        if let Some(print) = &self.print {
+            kinds.push(StepKind::Print(print));
+        }
+        match kinds.as_slice() {
+            [kind] => Ok(*kind),
+            [] => Err(Error::Invalid(vec![format!(
+                "spec.pipeline[{}]: the step has no operator: set one of source, filter, project, keyBy (with window and aggregate), dedup, custom, fileSink or print",
+                self.uid
+            )])),
+            many => Err(Error::Invalid(vec![format!(
+                "spec.pipeline[{}]: the step has {} operators ({}): each step must have exactly one; split it into several steps",
+                self.uid,
+                many.len(),
+                many.iter()
+                    .map(StepKind::name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )])),
+        }
+    }
+
+    /// Display name: `name` or the uid.
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.uid)
+    }
+}
+
+impl StreamJob {
+    /// Reads a StreamJob manifest (YAML or JSON) and checks its apiVersion and kind.
+    pub fn from_yaml(text: &str) -> Result<StreamJob> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct TypeMeta {
+            #[serde(default)]
+            api_version: String,
+            #[serde(default)]
+            kind: String,
+        }
+        let meta: TypeMeta = serde_yaml_ng::from_str(text)?;
+        if meta.api_version != crate::v1alpha1::API_VERSION || meta.kind != crate::v1alpha1::KIND {
+            return Err(Error::WrongKind {
+                api_version: meta.api_version,
+                kind: meta.kind,
+            });
+        }
+        Ok(serde_yaml_ng::from_str(text)?)
+    }
+}
+
+impl StreamJobSpec {
+    /// Directory savepoints go to: `savepoints.dir`, else `<checkpoints.dir>/savepoints`.
+    pub fn savepoint_dir(&self) -> String {
+        self.savepoints
+            .as_ref()
+            .and_then(|s| s.dir.clone())
+            .unwrap_or_else(|| format!("{}/savepoints", self.checkpoints.dir.trim_end_matches('/')))
+    }
+
+    /// Checks the whole spec and lists every broken rule, each naming its field and what to do.
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        let mut push = |result: Result<()>| collect(&mut problems, result);
+
+        if self.image.trim().is_empty() {
+            push(invalid(
+                "spec.image: must not be empty: set the runtime image",
+            ));
+        }
+        if self.parallelism == 0 {
+            push(invalid("spec.parallelism: must be at least 1"));
+        }
+        if self.max_parallelism == 0 || self.max_parallelism > 32768 {
+            push(invalid("spec.maxParallelism: must be between 1 and 32768"));
+        }
+        if self.max_parallelism < self.parallelism {
+            push(invalid(
+                "spec.maxParallelism must be at least spec.parallelism: raise maxParallelism or lower parallelism",
+            ));
+        }
+        push(duration(
+            "spec.upgrade.readinessTimeout",
+            &self.upgrade.readiness_timeout,
+        ));
+        push(duration(
+            "spec.upgrade.savepointTimeout",
+            &self.upgrade.savepoint_timeout,
+        ));
+        push(duration(
+            "spec.checkpoints.interval",
+            &self.checkpoints.interval,
+        ));
+        push(duration(
+            "spec.checkpoints.timeout",
+            &self.checkpoints.timeout,
+        ));
+        if self.checkpoints.dir.trim().is_empty() {
+            push(invalid(
+                "spec.checkpoints.dir: must not be empty: set where checkpoints are written",
+            ));
+        }
+        if let Some(savepoints) = &self.savepoints {
+            if let Some(periodic) = &savepoints.periodic {
+                push(duration("spec.savepoints.periodic", periodic));
+            }
+            if let Some(max_age) = &savepoints.history.max_age {
+                push(duration("spec.savepoints.history.maxAge", max_age));
+            }
+        }
+        if let Some(timeout) = self
+            .storage
+            .as_ref()
+            .and_then(|s| s.limits.as_ref())
+            .and_then(|l| l.timeout.as_ref())
+        {
+            push(duration("spec.storage.limits.timeout", timeout));
+        }
+        push(self.validate_pipeline());
+
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Invalid(problems))
+        }
+    }
+
+    fn validate_pipeline(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        if self.pipeline.len() < 2 {
+            problems.push(
+                "spec.pipeline: needs at least a source and a sink: start with a `source` step and end with a `fileSink` or `print` step"
+                    .to_string(),
+            );
+        }
+        let mut seen = BTreeSet::new();
+        for (index, step) in self.pipeline.iter().enumerate() {
+            if step.uid.is_empty() {
+                problems.push(format!(
+                    "spec.pipeline[{index}].uid: every step needs a uid: its state is matched by uid on restore"
+                ));
+            } else if !valid_uid(&step.uid) {
+                problems.push(format!(
+                    "spec.pipeline[{index}].uid: {:?} is not a valid uid: use lowercase letters, digits and '-', at most 63 characters",
+                    step.uid
+                ));
+            }
+            if !step.uid.is_empty() && !seen.insert(step.uid.as_str()) {
+                problems.push(format!(
+                    "spec.pipeline: every step's uid must be unique: rename the duplicate uid {:?}",
+                    step.uid
+                ));
+            }
+            if let Some(parallelism) = step.parallelism
+                && (parallelism == 0 || parallelism > self.max_parallelism)
+            {
+                problems.push(format!(
+                    "spec.pipeline[{}].parallelism: must be between 1 and spec.maxParallelism ({})",
+                    step.uid, self.max_parallelism
+                ));
+            }
+            let kind = match step.kind() {
+                Ok(kind) => kind,
+                Err(Error::Invalid(mut list)) => {
+                    problems.append(&mut list);
+                    continue;
+                }
+                Err(other) => {
+                    problems.push(other.to_string());
+                    continue;
+                }
+            };
+            let first = index == 0;
+            let last = index + 1 == self.pipeline.len();
+            match kind {
+                StepKind::Source(source) => {
+                    if !first {
+                        problems.push(format!(
+                            "spec.pipeline[{}]: the first step must be the job's only source: put exactly one step with `source` at the head",
+                            step.uid
+                        ));
+                    }
+                    validate_source(&step.uid, source, &mut problems);
+                }
+                kind if kind.is_sink() => {
+                    if !last {
+                        problems.push(format!(
+                            "spec.pipeline[{}]: the last step must be the job's only sink: end the pipeline with exactly one `fileSink` or `print` step",
+                            step.uid
+                        ));
+                    }
+                    if let StepKind::FileSink(sink) = kind {
+                        validate_file_sink(&step.uid, sink, &mut problems);
+                    }
+                }
+                StepKind::WindowAggregate {
+                    key_by,
+                    window,
+                    aggregate,
+                } => validate_window_aggregate(&step.uid, key_by, window, aggregate, &mut problems),
+                StepKind::Dedup(dedup) => {
+                    if dedup.keys.is_empty() {
+                        problems.push(format!("spec.pipeline[{}].dedup.keys: name at least one key column", step.uid));
+                    }
+                    collect(&mut problems, duration(&format!("spec.pipeline[{}].dedup.within", step.uid), &dedup.within));
+                }
+                StepKind::Filter(expr) if expr.trim().is_empty() => problems.push(format!(
+                    "spec.pipeline[{}].filter: the expression is empty: write a SQL boolean expression such as `amount > 0`",
+                    step.uid
+                )),
+                StepKind::Project(columns) => {
+                    if columns.is_empty() {
+                        problems.push(format!("spec.pipeline[{}].project: list at least one column", step.uid));
+                    }
+                    let mut names = BTreeSet::new();
+                    for column in columns {
+                        if !names.insert(column.name.as_str()) {
+                            problems.push(format!(
+                                "spec.pipeline[{}].project: column {:?} appears twice: give each output column its own name",
+                                step.uid, column.name
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if first && !matches!(kind, StepKind::Source(_)) {
+                problems.push(format!(
+                    "spec.pipeline[{}]: the first step must be the job's only source: put exactly one step with `source` at the head",
+                    step.uid
+                ));
+            }
+            if last && !kind.is_sink() {
+                problems.push(format!(
+                    "spec.pipeline[{}]: the last step must be the job's only sink: end the pipeline with exactly one `fileSink` or `print` step",
+                    step.uid
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Invalid(problems))
+        }
+    }
+}
+
+fn validate_source(uid: &str, source: &SourceSpec, problems: &mut Vec<String>) {
+    let count = [
+        source.generator.is_some(),
+        source.nexmark.is_some(),
+        source.files.is_some(),
+        source.kafka.is_some(),
+    ]
+    .into_iter()
+    .filter(|set| *set)
+    .count();
+    if count != 1 {
+        problems.push(format!(
+            "spec.pipeline[{uid}].source: set exactly one of generator, nexmark, files or kafka"
+        ));
+    }
+    if let Some(generator) = &source.generator {
+        if let Some(interval) = &generator.event_interval {
+            collect(
+                problems,
+                duration(
+                    &format!("spec.pipeline[{uid}].source.generator.eventInterval"),
+                    interval,
+                ),
+            );
+        }
+        if generator.keys == 0 {
+            problems.push(format!(
+                "spec.pipeline[{uid}].source.generator.keys: must be at least 1"
+            ));
+        }
+    }
+    if let Some(files) = &source.files {
+        if let Some(interval) = &files.discovery_interval {
+            collect(
+                problems,
+                duration(
+                    &format!("spec.pipeline[{uid}].source.files.discoveryInterval"),
+                    interval,
+                ),
+            );
+        }
+        let needs_schema = files.format.json_lines.is_some() || files.format.csv.is_some();
+        if needs_schema && files.schema.as_ref().is_none_or(Vec::is_empty) {
+            problems.push(format!(
+            "spec.pipeline[{uid}].source.files.schema: JSON lines and CSV files need a schema: list their columns with name and type"
+        ));
+        }
+    }
+    if let Some(watermark) = &source.watermark {
+        if let Some(value) = &watermark.max_out_of_orderness {
+            collect(
+                problems,
+                duration(
+                    &format!("spec.pipeline[{uid}].source.watermark.maxOutOfOrderness"),
+                    value,
+                ),
+            );
+        }
+        if let Some(value) = &watermark.idle_timeout {
+            collect(
+                problems,
+                duration(
+                    &format!("spec.pipeline[{uid}].source.watermark.idleTimeout"),
+                    value,
+                ),
+            );
+        }
+    }
+}
+
+fn validate_window_aggregate(
+    uid: &str,
+    key_by: &[String],
+    window: &WindowSpec,
+    aggregate: &AggregateSpec,
+    problems: &mut Vec<String>,
+) {
+    if key_by.is_empty() {
+        problems.push(format!(
+            "spec.pipeline[{uid}].keyBy: name at least one key column"
+        ));
+    }
+    let kinds = [
+        window.tumbling.is_some(),
+        window.sliding.is_some(),
+        window.session.is_some(),
+    ]
+    .into_iter()
+    .filter(|set| *set)
+    .count();
+    if kinds != 1 {
+        problems.push(format!(
+            "spec.pipeline[{uid}].window: set exactly one of tumbling, sliding or session"
+        ));
+    }
+    if let Some(size) = &window.tumbling {
+        collect(
+            problems,
+            positive_duration(&format!("spec.pipeline[{uid}].window.tumbling"), size),
+        );
+    }
+    if let Some(sliding) = &window.sliding {
+        let size = positive_duration(
+            &format!("spec.pipeline[{uid}].window.sliding.size"),
+            &sliding.size,
+        );
+        let slide = positive_duration(
+            &format!("spec.pipeline[{uid}].window.sliding.slide"),
+            &sliding.slide,
+        );
+        if let (Ok(()), Ok(())) = (&size, &slide) {
+            let size = parse_duration("", &sliding.size).unwrap_or_default();
+            let slide = parse_duration("", &sliding.slide).unwrap_or_default();
+            if slide > size {
+                problems.push(format!(
+                    "spec.pipeline[{uid}].window.sliding: slide ({}) must not exceed size ({}): records would fall between windows",
+                    sliding.slide, sliding.size
+                ));
+            }
+        }
+        collect(problems, size);
+        collect(problems, slide);
+    }
+    if let Some(session) = &window.session {
+        collect(
+            problems,
+            positive_duration(
+                &format!("spec.pipeline[{uid}].window.session.gap"),
+                &session.gap,
+            ),
+        );
+    }
+    if let Some(lateness) = &window.allowed_lateness {
+        collect(
+            problems,
+            duration(
+                &format!("spec.pipeline[{uid}].window.allowedLateness"),
+                lateness,
+            ),
+        );
+    }
+    let any = aggregate.count
+        || !aggregate.sum.is_empty()
+        || !aggregate.min.is_empty()
+        || !aggregate.max.is_empty()
+        || !aggregate.avg.is_empty();
+    if !any {
+        problems.push(format!(
+            "spec.pipeline[{uid}].aggregate: choose at least one aggregate (count, sum, min, max or avg)"
+        ));
+    }
+}
+
+fn validate_file_sink(uid: &str, sink: &FileSinkSpec, problems: &mut Vec<String>) {
+    let formats = [
+        sink.format.json_lines.is_some(),
+        sink.format.csv.is_some(),
+        sink.format.parquet.is_some(),
+    ]
+    .into_iter()
+    .filter(|set| *set)
+    .count();
+    if formats != 1 {
+        problems.push(format!(
+            "spec.pipeline[{uid}].fileSink.format: set exactly one of jsonLines, csv or parquet"
+        ));
+    }
+    if let Some(csv) = &sink.format.csv
+        && csv.delimiter.chars().count() != 1
+    {
+        problems.push(format!(
+            "spec.pipeline[{uid}].fileSink.format.csv.delimiter: must be exactly one character"
+        ));
+    }
+    if let Some(assigner) = &sink.bucket_assigner {
+        let kinds = [
+            assigner.date_time.is_some(),
+            assigner.base_path.is_some(),
+            assigner.field.is_some(),
+        ]
+        .into_iter()
+        .filter(|set| *set)
+        .count();
+        if kinds != 1 {
+            problems.push(format!(
+                "spec.pipeline[{uid}].fileSink.bucketAssigner: set exactly one of dateTime, basePath or field"
+            ));
+        }
+        if let Some(field) = &assigner.field
+            && field.fields.is_empty()
+        {
+            problems.push(format!(
+                "spec.pipeline[{uid}].fileSink.bucketAssigner.field.fields: name at least one column"
+            ));
+        }
+        if let Some(date_time) = &assigner.date_time
+            && !valid_timezone(&date_time.timezone)
+        {
+            problems.push(format!(
+                "spec.pipeline[{uid}].fileSink.bucketAssigner.dateTime.timezone: {:?} is not supported: use UTC or a fixed offset such as +02:00",
+                date_time.timezone
+            ));
+        }
+    }
+    if let Some(policy) = &sink.rolling_policy {
+        if policy.default.is_some() == policy.on_checkpoint.is_some() {
+            problems.push(format!(
+            "spec.pipeline[{uid}].fileSink.rollingPolicy: set exactly one of default or onCheckpoint"
+        ));
+        }
+        if let Some(default) = &policy.default {
+            let field =
+                |name: &str| format!("spec.pipeline[{uid}].fileSink.rollingPolicy.default.{name}");
+            collect(
+                problems,
+                size(&field("maxPartSize"), &default.max_part_size),
+            );
+            collect(
+                problems,
+                positive_duration(&field("rolloverInterval"), &default.rollover_interval),
+            );
+            collect(
+                problems,
+                positive_duration(&field("inactivityInterval"), &default.inactivity_interval),
+            );
+            collect(
+                problems,
+                positive_duration(
+                    &field("bucketCheckInterval"),
+                    &default.bucket_check_interval,
+                ),
+            );
+        }
+    }
+    if let Some(compaction) = &sink.compaction {
+        collect(
+            problems,
+            size(
+                &format!("spec.pipeline[{uid}].fileSink.compaction.targetSize"),
+                &compaction.target_size,
+            ),
+        );
+    }
+    if let Some(marker) = &sink.success_marker
+        && let Some(lateness) = &marker.allowed_lateness
+    {
+        collect(
+            problems,
+            duration(
+                &format!("spec.pipeline[{uid}].fileSink.successMarker.allowedLateness"),
+                lateness,
+            ),
+        );
+    }
+}
+
+/// `UTC`, `Z`, or a fixed offset `+HH:MM` / `-HH:MM`.
+pub fn valid_timezone(timezone: &str) -> bool {
+    if matches!(timezone, "UTC" | "Z") {
+        return true;
+    }
+    let bytes = timezone.as_bytes();
+    bytes.len() == 6
+        && matches!(bytes[0], b'+' | b'-')
+        && bytes[1..3].iter().all(u8::is_ascii_digit)
+        && bytes[3] == b':'
+        && bytes[4..6].iter().all(u8::is_ascii_digit)
+}
+
+fn valid_uid(uid: &str) -> bool {
+    let bytes = uid.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}
+
+fn invalid(message: &str) -> Result<()> {
+    Err(Error::Invalid(vec![message.to_string()]))
+}
+
+fn duration(field: &str, value: &str) -> Result<()> {
+    parse_duration(field, value).map(|_| ())
+}
+
+fn positive_duration(field: &str, value: &str) -> Result<()> {
+    if parse_duration(field, value)?.is_zero() {
+        return Err(Error::Invalid(vec![format!(
+            "{field}: must be longer than 0s"
+        )]));
+    }
+    Ok(())
+}
+
+fn size(field: &str, value: &str) -> Result<()> {
+    parse_size(field, value).map(|_| ())
+}
+
+fn collect(problems: &mut Vec<String>, result: Result<()>) {
+    match result {
+        Ok(()) => {}
+        Err(Error::Invalid(mut list)) => problems.append(&mut list),
+        Err(other) => problems.push(other.to_string()),
+    }
+}

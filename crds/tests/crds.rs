@@ -1,0 +1,209 @@
+#![allow(clippy::unwrap_used)]
+
+//! The StreamJob API as users meet it: the example manifests, the invalid specs and their messages,
+//! and the CRD checked in under the chart.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use streamjob_crds::v1alpha1::StreamJob;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Manifests in `dir` that are StreamJobs (examples may also hold Secrets or other objects).
+fn stream_job_manifests(dir: &Path) -> Vec<PathBuf> {
+    yaml_files(dir)
+        .into_iter()
+        .filter(|path| {
+            fs::read_to_string(path)
+                .unwrap()
+                .contains("kind: StreamJob")
+        })
+        .collect()
+}
+
+#[test]
+fn every_example_manifest_reads_and_validates() {
+    let examples = stream_job_manifests(&workspace().join("examples"));
+    assert!(
+        examples.len() >= 2,
+        "expected at least two example StreamJobs, found {examples:?}"
+    );
+    for path in examples {
+        let text = fs::read_to_string(&path).unwrap();
+        let job = StreamJob::from_yaml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        job.spec
+            .validate()
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for step in &job.spec.pipeline {
+            step.kind().unwrap();
+        }
+    }
+}
+
+#[test]
+fn invalid_specs_are_rejected_with_a_message_naming_the_problem() {
+    let cases = yaml_files(&workspace().join("crds/tests/invalid"));
+    assert!(
+        cases.len() >= 10,
+        "expected the table of invalid specs, found {cases:?}"
+    );
+    for path in cases {
+        let text = fs::read_to_string(&path).unwrap();
+        let expected = text
+            .lines()
+            .find_map(|line| line.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{}: no `# expect:` line", path.display()));
+        let error = match StreamJob::from_yaml(&text) {
+            Err(parse_error) => parse_error.to_string(),
+            Ok(job) => match job.spec.validate() {
+                Err(invalid) => invalid.to_string(),
+                Ok(()) => panic!(
+                    "{}: accepted, but should fail with {expected:?}",
+                    path.display()
+                ),
+            },
+        };
+        assert!(
+            error.contains(expected),
+            "{}: error {error:?} does not contain {expected:?}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn other_kinds_and_garbage_are_refused_clearly() {
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n";
+    let err = StreamJob::from_yaml(deployment).unwrap_err().to_string();
+    assert!(err.contains("apps/v1/Deployment"), "{err}");
+    let err = StreamJob::from_yaml("{{{{").unwrap_err().to_string();
+    assert!(err.contains("cannot read StreamJob manifest"), "{err}");
+    let missing_pipeline = "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata: {name: x}\nspec: {image: i, checkpoints: {dir: /x}}\n";
+    let err = StreamJob::from_yaml(missing_pipeline)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pipeline"), "{err}");
+}
+
+#[test]
+fn defaults_are_filled_in() {
+    let text = "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata: {name: x}\nspec:\n  image: i\n  checkpoints: {dir: /ck}\n  pipeline:\n    - {uid: src, source: {generator: {}}}\n    - {uid: out, print: {}}\n";
+    let job = StreamJob::from_yaml(text).unwrap();
+    job.spec.validate().unwrap();
+    assert_eq!(job.spec.parallelism, 1);
+    assert_eq!(job.spec.max_parallelism, 128);
+    assert_eq!(job.spec.checkpoints.interval, "30s");
+    assert_eq!(job.spec.upgrade.readiness_timeout, "5m");
+    assert_eq!(job.spec.savepoint_dir(), "/ck/savepoints");
+    assert_eq!(
+        job.spec.pipeline[0]
+            .source
+            .as_ref()
+            .unwrap()
+            .generator
+            .as_ref()
+            .unwrap()
+            .keys,
+        1000
+    );
+}
+
+#[test]
+fn generated_crd_carries_the_rules_and_columns() {
+    let crd = streamjob_crds::crd::crd();
+    assert_eq!(crd.spec.group, "streamjob.io");
+    assert_eq!(
+        crd.spec.names.short_names.as_deref(),
+        Some(&["sj".to_string()][..])
+    );
+    let version = &crd.spec.versions[0];
+    assert_eq!(version.name, "v1alpha1");
+    assert!(version.subresources.as_ref().unwrap().status.is_some());
+    let columns: Vec<&str> = version
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        columns,
+        ["Phase", "Image", "Parallelism", "Last Savepoint", "Age"]
+    );
+
+    let schema = serde_json::to_string(&version.schema).unwrap();
+    for rule in [
+        "self.maxParallelism >= self.parallelism",
+        "self == oldSelf",
+        "self.all(s, self.filter(t, t.uid == s.uid).size() == 1)",
+        "has(self[0].source)",
+        "has(self[size(self) - 1].fileSink)",
+        "has(self.keyBy) == has(self.window)",
+    ] {
+        assert!(
+            schema.contains(rule),
+            "CEL rule {rule:?} missing from the CRD"
+        );
+    }
+    // Every field has a description (what `kubectl explain` shows).
+    let spec_schema = serde_json::to_value(&version.schema).unwrap();
+    let spec = &spec_schema["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    for (field, schema) in spec.as_object().unwrap() {
+        assert!(
+            schema.get("description").is_some(),
+            "spec.{field} has no description"
+        );
+    }
+}
+
+#[test]
+fn checked_in_crd_matches_the_types() {
+    let path = workspace().join(streamjob_crds::crd::CHART_CRD_PATH);
+    let checked_in = fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run `cargo xtask generate`", path.display()));
+    let generated = streamjob_crds::crd::crd_yaml().unwrap();
+    assert!(
+        checked_in == generated,
+        "{} is out of date: run `cargo xtask generate` and commit the result",
+        path.display()
+    );
+}
+
+#[test]
+fn deployment_hash_ignores_operator_only_fields() {
+    let text = fs::read_to_string(workspace().join("examples/local-clicks.yaml")).unwrap();
+    let job = StreamJob::from_yaml(&text).unwrap();
+    let base = streamjob_crds::hash::deployment_hash(&job.spec).unwrap();
+
+    let mut nonce = job.spec.clone();
+    nonce
+        .savepoints
+        .get_or_insert_with(Default::default)
+        .trigger_nonce += 1;
+    nonce.state = streamjob_crds::v1alpha1::JobState::Suspended;
+    assert_eq!(streamjob_crds::hash::deployment_hash(&nonce).unwrap(), base);
+
+    let mut image = job.spec.clone();
+    image.image = "streamjob/runtime:0.2.0".into();
+    assert_ne!(streamjob_crds::hash::deployment_hash(&image).unwrap(), base);
+
+    let mut rescale = job.spec.clone();
+    rescale.parallelism += 1;
+    assert_ne!(
+        streamjob_crds::hash::deployment_hash(&rescale).unwrap(),
+        base
+    );
+}
