@@ -1,1 +1,247 @@
-fn main() {}
+//! `cargo xtask <command>`: the single entry point for generating, linting, testing and benchmarking.
+//! It uses nothing but std and the tools the project installs itself, so it works on a fresh machine.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  generate   write the CRD YAML into the chart (charts/streamjob-operator/crds/)
+  lint       cargo fmt --check, clippy -D warnings, CRD drift, helm lint + template
+  test       every test: unit and integration tests, then the end-to-end suite
+             (installs the pinned control plane, MinIO and Helm into the cache first)
+  unit       unit and integration tests only (no control plane)
+  e2e        the end-to-end suite only
+  install    build the pinned Kubernetes, etcd, Helm and MinIO binaries into the cache
+  bench      benchmarks (add --quick for a short run)
+  ci         what .ci/run does: lint, then test";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let Some(command) = args.first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let rest = &args[1..];
+    let started = Instant::now();
+    let result = match command.as_str() {
+        "generate" => generate(),
+        "lint" => lint(),
+        "test" => unit().and_then(|()| e2e()),
+        "unit" => unit(),
+        "e2e" => e2e(),
+        "install" => install(),
+        "bench" => bench(rest),
+        "ci" => lint().and_then(|()| unit()).and_then(|()| e2e()),
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => Err(format!("unknown command {other:?}\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => {
+            eprintln!(
+                "xtask {command}: ok in {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("xtask {command}: FAILED: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn cargo() -> Command {
+    let mut command = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()));
+    command.current_dir(root());
+    command
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    eprintln!("+ {command:?}");
+    let status = command
+        .status()
+        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{command:?} exited with {status}"))
+    }
+}
+
+fn output(command: &mut Command) -> Result<String, String> {
+    let out = command
+        .output()
+        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{command:?} exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    String::from_utf8(out.stdout).map_err(|e| format!("{command:?} printed invalid UTF-8: {e}"))
+}
+
+const CRD_PATH: &str = "charts/streamjob-operator/crds/streamjob.io_streamjobs.yaml";
+
+fn generated_crd() -> Result<String, String> {
+    output(cargo().args(["run", "--quiet", "-p", "streamjob-crds", "--bin", "crdgen"]))
+}
+
+fn generate() -> Result<(), String> {
+    let crd = generated_crd()?;
+    let path = root().join(CRD_PATH);
+    fs::write(&path, crd).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+fn lint() -> Result<(), String> {
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    let checked_in = fs::read_to_string(root().join(CRD_PATH))
+        .map_err(|e| format!("cannot read {CRD_PATH}: {e}"))?;
+    if checked_in != generated_crd()? {
+        return Err(format!(
+            "{CRD_PATH} is out of date with crds/src: run `cargo xtask generate` and commit it"
+        ));
+    }
+    eprintln!("CRD up to date: {CRD_PATH}");
+    helm_lint()
+}
+
+/// Paths of the binaries `e2e/scripts/install.sh` built, read from the env file it writes.
+fn installed_tools() -> Result<Vec<(String, String)>, String> {
+    let env_file = cache_dir().join("e2e-env.sh");
+    let text = fs::read_to_string(&env_file).map_err(|e| {
+        format!(
+            "{}: {e}; run `cargo xtask install` first",
+            env_file.display()
+        )
+    })?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("export "))
+        .filter_map(|assignment| assignment.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.trim_matches('"').to_string()))
+        .collect())
+}
+
+fn cache_dir() -> PathBuf {
+    env::var_os("STREAMJOB_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env::var_os("HOME").unwrap_or_else(|| ".".into()))
+                .join(".cache/streamjob")
+        })
+}
+
+fn helm_lint() -> Result<(), String> {
+    install()?;
+    let tools = installed_tools()?;
+    let helm = tools
+        .iter()
+        .find(|(key, _)| key == "STREAMJOB_HELM_BIN")
+        .map(|(_, value)| value.clone())
+        .ok_or("the install step did not report STREAMJOB_HELM_BIN")?;
+    let chart = root().join("charts/streamjob-operator");
+    run(Command::new(&helm).arg("lint").arg(&chart).arg("--strict"))?;
+    // Cluster mode and namespaced mode must both render.
+    let cluster = output(Command::new(&helm).arg("template").arg("sj").arg(&chart))?;
+    if !cluster.contains("kind: ClusterRole") {
+        return Err("helm template in cluster mode rendered no ClusterRole".into());
+    }
+    let namespaced = output(
+        Command::new(&helm)
+            .arg("template")
+            .arg("sj")
+            .arg(&chart)
+            .args([
+                "--set",
+                "watchNamespaces={team-a,team-b}",
+                "--set",
+                "replicaCount=2",
+            ]),
+    )?;
+    if namespaced.contains("kind: ClusterRole") || namespaced.matches("kind: Role\n").count() < 3 {
+        return Err("helm template in namespaced mode must render one Role per namespace plus the leader-election Role and no ClusterRole".into());
+    }
+    if !namespaced.contains("--leader-election") {
+        return Err("helm template with replicaCount=2 must enable leader election".into());
+    }
+    eprintln!("helm lint and template ok");
+    Ok(())
+}
+
+fn unit() -> Result<(), String> {
+    run(cargo().args(["build", "--workspace", "--locked", "--all-targets"]))?;
+    run(cargo().args([
+        "test",
+        "--workspace",
+        "--locked",
+        "--exclude",
+        "streamjob-e2e",
+    ]))
+}
+
+fn install() -> Result<(), String> {
+    run(Command::new("bash")
+        .arg(root().join("e2e/scripts/install.sh"))
+        .current_dir(root()))
+}
+
+fn e2e() -> Result<(), String> {
+    install()?;
+    run(cargo().args(["build", "--workspace", "--locked", "--bins"]))?;
+    run(cargo().args([
+        "test",
+        "--locked",
+        "-p",
+        "streamjob-e2e",
+        "--",
+        "--test-threads=1",
+    ]))
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut command = cargo();
+    command.args([
+        "run",
+        "--release",
+        "--locked",
+        "-p",
+        "streamjob-runtime",
+        "--bin",
+        "streamjob-runtime",
+        "--",
+        "bench",
+    ]);
+    if quick {
+        command.arg("--quick");
+    }
+    run(&mut command)
+}
