@@ -164,9 +164,9 @@ fn helm_lint() -> Result<(), String> {
     let tools = installed_tools()?;
     let helm = tools
         .iter()
-        .find(|(key, _)| key == "STREAMJOB_HELM_BIN")
+        .find(|(key, _)| key == "STREAMJOB_E2E_HELM")
         .map(|(_, value)| value.clone())
-        .ok_or("the install step did not report STREAMJOB_HELM_BIN")?;
+        .ok_or("the install step did not report STREAMJOB_E2E_HELM")?;
     let chart = root().join("charts/streamjob-operator");
     run(Command::new(&helm).arg("lint").arg(&chart).arg("--strict"))?;
     // Cluster mode and namespaced mode must both render.
