@@ -185,9 +185,9 @@ fn helm_lint() -> Result<(), String> {
     }
     let namespaced = output(
         Command::new(&helm)
-            .arg("template")
-            .arg("sj")
+            .args(["template", "sj"])
             .arg(&chart)
+            .args(["--kube-version", KUBE_VERSION])
             .args([
                 "--set",
                 "watchNamespaces={team-a,team-b}",
