@@ -1,1 +1,26 @@
-//! placeholder
+//! Streamjob runtime: the dataflow engine behind the `streamjob-runtime` binary.
+//!
+//! * [`operator`] — the operator contract (sources, transformations, sinks).
+//! * [`registry`] — registering custom operators by name.
+//! * [`graph`] — manifest → job graph.
+//! * [`coordinator`] — running a job: subtasks, checkpoints, savepoints, restarts.
+//! * [`snapshot`] / [`restore`] — the checkpoint format and the restore rules.
+//! * [`control`] — the HTTP control API; [`cli`] — the command line.
+
+pub mod bench;
+pub mod cli;
+pub mod control;
+pub mod coordinator;
+pub mod error;
+pub mod graph;
+pub mod keygroups;
+pub mod metrics;
+pub mod operator;
+pub mod operators;
+pub mod registry;
+pub mod restore;
+pub mod snapshot;
+pub mod storage;
+pub mod task;
+
+pub use error::{Error, Result};

@@ -1,0 +1,144 @@
+//! The coordinator's control API (HTTP + JSON, bearer token).
+//!
+//! | method | path                   | body / answer |
+//! |--------|------------------------|---------------|
+//! | GET    | `/healthz` (no auth)   | 200 while the job graph is running, 503 otherwise |
+//! | GET    | `/v1/status`           | [`crate::coordinator::JobStatus`] |
+//! | POST   | `/v1/savepoints`       | `{"dir"?: string, "stop": bool}` → 202 `{"id"}` |
+//! | GET    | `/v1/savepoints/{id}`  | `{"state": "pending"\|"completed"\|"failed", "path"?, "error"?}` |
+//! | GET    | `/metrics`             | Prometheus text |
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+
+use crate::coordinator::Shared;
+use crate::error::Result;
+
+#[derive(Clone)]
+struct AppState {
+    shared: Arc<Shared>,
+    token: Option<Arc<String>>,
+}
+
+#[derive(Deserialize)]
+struct SavepointBody {
+    #[serde(default)]
+    dir: Option<String>,
+    #[serde(default)]
+    stop: bool,
+}
+
+async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(token) = &st.token {
+        let ok = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| t.trim() == token.as_str());
+        if !ok {
+            return (
+                StatusCode::UNAUTHORIZED,
+                Json(serde_json::json!({"error": "missing or wrong bearer token"})),
+            )
+                .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+async fn healthz(State(st): State<AppState>) -> Response {
+    let s = st.shared.status();
+    if s.state == "running" {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, s.state).into_response()
+    }
+}
+
+async fn status(State(st): State<AppState>) -> Response {
+    Json(st.shared.status()).into_response()
+}
+
+async fn trigger(State(st): State<AppState>, body: Option<Json<SavepointBody>>) -> Response {
+    let body = body.map(|b| b.0).unwrap_or(SavepointBody {
+        dir: None,
+        stop: false,
+    });
+    let state = st.shared.status().state;
+    if matches!(state.as_str(), "finished" | "failed") {
+        return (
+            StatusCode::CONFLICT,
+            Json(serde_json::json!({"error": format!("the job is {state}")})),
+        )
+            .into_response();
+    }
+    let id = st.shared.request_savepoint(body.dir, body.stop);
+    (StatusCode::ACCEPTED, Json(serde_json::json!({"id": id}))).into_response()
+}
+
+async fn savepoint(State(st): State<AppState>, Path(id): Path<String>) -> Response {
+    let s = st
+        .shared
+        .savepoints
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&id).cloned());
+    match s {
+        Some(s) => Json(s).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(serde_json::json!({"error": format!("no savepoint request {id}")})),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics(State(st): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        st.shared.metrics.render(&st.shared.job_name),
+    )
+        .into_response()
+}
+
+/// The router (exposed for tests).
+pub fn router(shared: Arc<Shared>, token: Option<String>) -> Router {
+    let st = AppState {
+        shared,
+        token: token.map(Arc::new),
+    };
+    let api = Router::new()
+        .route("/v1/status", get(status))
+        .route("/v1/savepoints", post(trigger))
+        .route("/v1/savepoints/{id}", get(savepoint))
+        .route("/metrics", get(metrics))
+        .layer(middleware::from_fn_with_state(st.clone(), auth));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(api)
+        .with_state(st)
+}
+
+/// Binds the API on `addr` and serves it in the background; returns the bound address.
+pub async fn serve(shared: Arc<Shared>, addr: SocketAddr, token: Option<String>) -> Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let app = router(shared, token);
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "control API stopped");
+        }
+    });
+    tracing::info!(%bound, "control API listening");
+    Ok(bound)
+}

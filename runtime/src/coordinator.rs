@@ -1,0 +1,799 @@
+//! The coordinator: runs a job graph (all subtasks in this process), triggers checkpoints and
+//! savepoints, completes them, restarts the job from the latest completed checkpoint on failure.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::graph::{JobGraph, Node, Partition};
+use crate::keygroups::key_group_range;
+use crate::metrics::{JobMetrics, OperatorMetrics};
+use crate::operator::OperatorContext;
+use crate::restore::check_restore;
+use crate::snapshot::{
+    FORMAT_VERSION, LoadedSnapshot, METADATA_FILE, OperatorMeta, SnapshotKind, SnapshotMetadata,
+    SubtaskMeta, latest_checkpoint, list_checkpoints,
+};
+use crate::storage::Location;
+use crate::task::{
+    Barrier, BarrierKind, CHANNEL_CAPACITY, Element, Output, RESTART_DELAY, TaskCommand,
+    TaskEvent, TaskSetup, run_operator, run_source,
+};
+
+/// Where a run starts from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RestoreFrom {
+    /// Empty state.
+    Empty,
+    /// A savepoint or checkpoint directory.
+    Path(String),
+    /// The latest completed checkpoint in `spec.checkpoints.dir` (empty if there is none).
+    LatestCheckpoint,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// A bounded job finished (its final checkpoint committed everything).
+    Finished,
+    /// Stopped with a savepoint at this path.
+    Stopped { savepoint: String },
+}
+
+/// A reference to a completed snapshot, as the status reports it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotInfo {
+    pub id: u64,
+    pub path: String,
+    pub completed_at: String,
+    pub duration_ms: u64,
+}
+
+/// Where the job's state came from.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RestoredFrom {
+    pub kind: String,
+    pub path: Option<String>,
+}
+
+/// `/v1/status`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStatus {
+    pub state: String,
+    pub restored_from: Option<RestoredFrom>,
+    pub latest_checkpoint: Option<SnapshotInfo>,
+    pub last_savepoint: Option<SnapshotInfo>,
+    pub records_in: u64,
+    pub records_out: u64,
+    pub records_in_per_second: f64,
+    pub restarts: u64,
+    pub failure: Option<String>,
+}
+
+impl Default for JobStatus {
+    fn default() -> Self {
+        Self {
+            state: "created".into(),
+            restored_from: None,
+            latest_checkpoint: None,
+            last_savepoint: None,
+            records_in: 0,
+            records_out: 0,
+            records_in_per_second: 0.0,
+            restarts: 0,
+            failure: None,
+        }
+    }
+}
+
+/// State of a savepoint request (`GET /v1/savepoints/{id}`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SavepointRequestState {
+    pub state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Requests from the control API (and signals) to the coordinator.
+#[derive(Clone, Debug)]
+pub enum ControlRequest {
+    Savepoint {
+        id: String,
+        dir: Option<String>,
+        stop: bool,
+    },
+}
+
+/// State shared between the coordinator and the control API.
+pub struct Shared {
+    pub job_name: String,
+    pub status: Mutex<JobStatus>,
+    pub metrics: JobMetrics,
+    pub savepoints: Mutex<HashMap<String, SavepointRequestState>>,
+    pub requests: mpsc::UnboundedSender<ControlRequest>,
+    next_request: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    /// Shared state plus the receiving end of the request channel.
+    pub fn new(job_name: &str) -> (Arc<Self>, mpsc::UnboundedReceiver<ControlRequest>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Arc::new(Self {
+                job_name: job_name.to_string(),
+                status: Mutex::new(JobStatus::default()),
+                metrics: JobMetrics::default(),
+                savepoints: Mutex::new(HashMap::new()),
+                requests: tx,
+                next_request: std::sync::atomic::AtomicU64::new(1),
+            }),
+            rx,
+        )
+    }
+
+    /// Queues a savepoint; returns the request id.
+    pub fn request_savepoint(&self, dir: Option<String>, stop: bool) -> String {
+        let n = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let id = format!("sp-{n}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
+        if let Ok(mut m) = self.savepoints.lock() {
+            m.insert(
+                id.clone(),
+                SavepointRequestState {
+                    state: "pending".into(),
+                    path: None,
+                    error: None,
+                },
+            );
+        }
+        let _ = self.requests.send(ControlRequest::Savepoint {
+            id: id.clone(),
+            dir,
+            stop,
+        });
+        id
+    }
+
+    /// A snapshot of the status with current counters.
+    pub fn status(&self) -> JobStatus {
+        let mut s = self.status.lock().map(|s| s.clone()).unwrap_or_default();
+        let (i, o) = self.metrics.totals();
+        s.records_in = i;
+        s.records_out = o;
+        s.restarts = self.metrics.restarts.load(Ordering::Relaxed);
+        s
+    }
+
+    fn set_state(&self, state: &str) {
+        if let Ok(mut s) = self.status.lock() {
+            s.state = state.to_string();
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut JobStatus)) {
+        if let Ok(mut s) = self.status.lock() {
+            f(&mut s);
+        }
+    }
+
+    fn finish_request(&self, id: &str, result: std::result::Result<String, String>) {
+        if let Ok(mut m) = self.savepoints.lock() {
+            m.insert(
+                id.to_string(),
+                match result {
+                    Ok(path) => SavepointRequestState {
+                        state: "completed".into(),
+                        path: Some(path),
+                        error: None,
+                    },
+                    Err(e) => SavepointRequestState {
+                        state: "failed".into(),
+                        path: None,
+                        error: Some(e),
+                    },
+                },
+            );
+        }
+    }
+}
+
+/// Settings of a run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub restore: RestoreFrom,
+    /// Restarts allowed before the job fails for good.
+    pub max_restarts: u32,
+}
+
+struct Pending {
+    barrier: Barrier,
+    started: Instant,
+    deadline: tokio::time::Instant,
+    acks: BTreeMap<(usize, usize), Option<(String, u64)>>,
+    request: Option<String>,
+}
+
+struct Attempt {
+    commands: Vec<Vec<mpsc::UnboundedSender<TaskCommand>>>,
+    events: mpsc::UnboundedReceiver<TaskEvent>,
+    tasks: JoinSet<()>,
+    subtasks: usize,
+}
+
+fn spawn_attempt(
+    graph: &JobGraph,
+    snapshot: Option<&LoadedSnapshot>,
+    metrics: &[Arc<OperatorMetrics>],
+) -> Result<Attempt> {
+    let (ev_tx, ev_rx) = mpsc::unbounded_channel();
+    let mp = graph.max_parallelism;
+    let steps = &graph.steps;
+    // senders[k][i] = targets of subtask i of step k; receivers[k][j] = inputs of subtask j
+    let mut senders: Vec<Vec<Vec<mpsc::Sender<Element>>>> = steps
+        .iter()
+        .map(|s| vec![Vec::new(); s.parallelism])
+        .collect();
+    let mut receivers: Vec<Vec<Vec<mpsc::Receiver<Element>>>> = steps
+        .iter()
+        .map(|s| (0..s.parallelism).map(|_| Vec::new()).collect())
+        .collect();
+    for k in 1..steps.len() {
+        let forward = steps[k].partition == Partition::Forward
+            && steps[k].parallelism == steps[k - 1].parallelism;
+        for i in 0..steps[k - 1].parallelism {
+            for j in 0..steps[k].parallelism {
+                if forward && i != j {
+                    continue;
+                }
+                let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                senders[k - 1][i].push(tx);
+                receivers[k][j].push(rx);
+            }
+        }
+    }
+    let dead_letter = graph
+        .spec
+        .dead_letter_path
+        .as_ref()
+        .map(|p| Location::parse(p, graph.spec.storage.as_ref()))
+        .transpose()?;
+    let mut tasks = JoinSet::new();
+    let mut commands = Vec::new();
+    let mut subtasks = 0;
+    for (k, step) in steps.iter().enumerate() {
+        let mut step_cmds = Vec::new();
+        let hash = match steps.get(k + 1).map(|s| &s.partition) {
+            Some(Partition::Hash(cols)) => Some(cols.clone()),
+            _ => None,
+        };
+        for j in 0..step.parallelism {
+            let range = key_group_range(mp, step.parallelism as u32, j as u32);
+            let restored = snapshot
+                .map(|s| s.restored_for(&step.uid, j, step.parallelism, &range))
+                .unwrap_or_default();
+            let ctx = OperatorContext {
+                uid: step.uid.clone(),
+                subtask: j,
+                parallelism: step.parallelism,
+                max_parallelism: mp,
+                key_groups: range,
+                bad_record_policy: step.bad_record_policy,
+                input_schema: step.input_schema.clone(),
+                metrics: metrics[k].clone(),
+            };
+            let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+            step_cmds.push(cmd_tx);
+            let setup = TaskSetup {
+                ctx: ctx.clone(),
+                step: k,
+                restored,
+                output: Output::new(std::mem::take(&mut senders[k][j]), hash.clone(), mp),
+                commands: cmd_rx,
+                events: ev_tx.clone(),
+                dead_letter: dead_letter.as_ref().map(|d| d.clone()),
+            };
+            let events = ev_tx.clone();
+            let uid = step.uid.clone();
+            match &step.node {
+                Node::Source(build) => {
+                    let src = build(&ctx)?;
+                    tasks.spawn(async move {
+                        if let Err(e) = run_source(setup, src).await {
+                            let _ = events.send(TaskEvent::Failed {
+                                step: k,
+                                subtask: j,
+                                error: format!("{uid}[{j}]: {e}"),
+                            });
+                        }
+                    });
+                }
+                Node::Operator(build) => {
+                    let op = build(&ctx)?;
+                    let inputs = std::mem::take(&mut receivers[k][j]);
+                    tasks.spawn(async move {
+                        if let Err(e) = run_operator(setup, op, inputs).await {
+                            let _ = events.send(TaskEvent::Failed {
+                                step: k,
+                                subtask: j,
+                                error: format!("{uid}[{j}]: {e}"),
+                            });
+                        }
+                    });
+                }
+            }
+            subtasks += 1;
+        }
+        commands.push(step_cmds);
+    }
+    Ok(Attempt {
+        commands,
+        events: ev_rx,
+        tasks,
+        subtasks,
+    })
+}
+
+fn metadata_for(
+    graph: &JobGraph,
+    barrier: &Barrier,
+    acks: &BTreeMap<(usize, usize), Option<(String, u64)>>,
+) -> SnapshotMetadata {
+    let operators = graph
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(k, s)| OperatorMeta {
+            uid: s.uid.clone(),
+            kind: s.kind.clone(),
+            parallelism: s.parallelism as u32,
+            state: s.state.clone(),
+            subtasks: acks
+                .iter()
+                .filter(|((step, _), f)| *step == k && f.is_some())
+                .filter_map(|((_, j), f)| {
+                    f.as_ref().map(|(file, bytes)| SubtaskMeta {
+                        subtask: *j as u32,
+                        file: file.clone(),
+                        bytes: *bytes,
+                    })
+                })
+                .collect(),
+        })
+        .collect();
+    SnapshotMetadata {
+        format_version: FORMAT_VERSION,
+        kind: match barrier.kind {
+            BarrierKind::Checkpoint { .. } => SnapshotKind::Checkpoint,
+            BarrierKind::Savepoint { .. } => SnapshotKind::Savepoint,
+        },
+        checkpoint_id: barrier.id,
+        job_name: graph.name.clone(),
+        created_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        runtime_version: env!("CARGO_PKG_VERSION").to_string(),
+        max_parallelism: graph.max_parallelism,
+        parallelism: graph.spec.parallelism,
+        operators,
+    }
+}
+
+/// Loads and checks the snapshot a run starts from.
+pub async fn resolve_restore(
+    graph: &JobGraph,
+    restore: &RestoreFrom,
+) -> Result<Option<LoadedSnapshot>> {
+    let storage = graph.spec.storage.as_ref();
+    let loc = match restore {
+        RestoreFrom::Empty => return Ok(None),
+        RestoreFrom::Path(p) => Location::parse(p, storage)?,
+        RestoreFrom::LatestCheckpoint => {
+            let dir = Location::parse(&graph.spec.checkpoints.dir, storage)?;
+            match latest_checkpoint(&dir).await? {
+                Some((_, loc)) => loc,
+                None => {
+                    tracing::info!(dir = %dir.display(), "no completed checkpoint to resume from: starting empty");
+                    return Ok(None);
+                }
+            }
+        }
+    };
+    let snap = LoadedSnapshot::load(&loc).await?;
+    let report = check_restore(
+        &snap.metadata,
+        loc.display(),
+        &graph.graph_operators(),
+        graph.max_parallelism,
+        graph.spec.upgrade.allow_non_restored_state,
+    );
+    if !report.compatible {
+        return Err(Error::Incompatible {
+            path: loc.display().to_string(),
+            reasons: report.refusals(),
+        });
+    }
+    Ok(Some(snap))
+}
+
+/// Runs the job until it finishes, is stopped with a savepoint, or fails for good.
+pub async fn run_job(
+    graph: JobGraph,
+    opts: RunOptions,
+    shared: Arc<Shared>,
+    mut requests: mpsc::UnboundedReceiver<ControlRequest>,
+) -> Result<Outcome> {
+    let spec = graph.spec.clone();
+    let storage = spec.storage.as_ref();
+    let ckpt_dir = Location::parse(&spec.checkpoints.dir, storage)?;
+    let interval = streamjob_crds::units::parse_duration("checkpoints.interval", &spec.checkpoints.interval)?;
+    let timeout = streamjob_crds::units::parse_duration("checkpoints.timeout", &spec.checkpoints.timeout)?;
+    let retained = spec.checkpoints.retained.max(1) as usize;
+
+    shared.set_state("restoring");
+    let mut snapshot = resolve_restore(&graph, &opts.restore).await?;
+    shared.update(|s| {
+        s.restored_from = Some(match &snapshot {
+            Some(sn) => RestoredFrom {
+                kind: match sn.metadata.kind {
+                    SnapshotKind::Checkpoint => "checkpoint".into(),
+                    SnapshotKind::Savepoint => "savepoint".into(),
+                },
+                path: Some(sn.path.clone()),
+            },
+            None => RestoredFrom {
+                kind: "empty".into(),
+                path: None,
+            },
+        })
+    });
+    let existing = list_checkpoints(&ckpt_dir).await?;
+    let mut next_id = existing.keys().next_back().copied().unwrap_or(0) + 1;
+    if let Some(s) = &snapshot {
+        next_id = next_id.max(s.metadata.checkpoint_id + 1);
+        tracing::info!(path = %s.path, checkpoint = s.metadata.checkpoint_id, "restoring");
+    }
+    let metrics: Vec<Arc<OperatorMetrics>> = graph
+        .steps
+        .iter()
+        .map(|s| Arc::new(OperatorMetrics::new(&s.uid)))
+        .collect();
+    if let Ok(mut m) = shared.metrics.operators.lock() {
+        *m = metrics.clone();
+    }
+    let mut restarts = 0u32;
+    let mut queued: Vec<ControlRequest> = Vec::new();
+    loop {
+        let attempt = spawn_attempt(&graph, snapshot.as_ref(), &metrics)?;
+        shared.set_state("running");
+        tracing::info!(subtasks = attempt.subtasks, "job running");
+        let result = run_attempt(
+            &graph,
+            attempt,
+            &shared,
+            &mut requests,
+            &mut queued,
+            &ckpt_dir,
+            &mut next_id,
+            interval,
+            timeout,
+            retained,
+        )
+        .await;
+        match result {
+            Ok((outcome, _)) => {
+                shared.set_state("finished");
+                return Ok(outcome);
+            }
+            Err((e, latest)) => {
+                restarts += 1;
+                shared.metrics.restarts.fetch_add(1, Ordering::Relaxed);
+                shared.update(|s| s.failure = Some(e.to_string()));
+                if restarts > opts.max_restarts {
+                    shared.set_state("failed");
+                    return Err(Error::TooManyRestarts {
+                        restarts: restarts - 1,
+                        last: e.to_string(),
+                    });
+                }
+                tracing::warn!(error = %e, restart = restarts, "job failed: restarting from the latest completed checkpoint");
+                shared.set_state("restarting");
+                tokio::time::sleep(RESTART_DELAY).await;
+                if let Some(loc) = latest {
+                    snapshot = Some(LoadedSnapshot::load(&loc).await?);
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_attempt(
+    graph: &JobGraph,
+    mut attempt: Attempt,
+    shared: &Arc<Shared>,
+    requests: &mut mpsc::UnboundedReceiver<ControlRequest>,
+    queued: &mut Vec<ControlRequest>,
+    ckpt_dir: &Location,
+    next_id: &mut u64,
+    interval: Duration,
+    timeout: Duration,
+    retained: usize,
+) -> std::result::Result<(Outcome, Option<Location>), (Error, Option<Location>)> {
+    // the latest completed checkpoint (restart point) known so far
+    let mut latest: Option<Location> = match latest_checkpoint(ckpt_dir).await {
+        Ok(l) => l.map(|(_, l)| l),
+        Err(e) => return Err((e, None)),
+    };
+    let sources = attempt.commands.first().map(Vec::len).unwrap_or(0);
+    let mut exhausted = 0usize;
+    let mut pending: Option<Pending> = None;
+    let mut ending: Option<(u64, Option<String>)> = None; // (id, savepoint path)
+    let mut ended_with: Option<Outcome> = None;
+    let mut finished = 0usize;
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    let mut rate = tokio::time::interval(Duration::from_secs(1));
+    let mut last_in = (Instant::now(), shared.metrics.totals().0);
+    let storage = graph.spec.storage.clone();
+
+    let trigger = |kind: BarrierKind,
+                   target: Location,
+                   request: Option<String>,
+                   id: u64,
+                   commands: &Vec<Vec<mpsc::UnboundedSender<TaskCommand>>>|
+     -> Pending {
+        let barrier = Barrier { id, kind, target };
+        tracing::info!(checkpoint = id, kind = ?kind, "triggering");
+        if let Some(srcs) = commands.first() {
+            for c in srcs {
+                let _ = c.send(TaskCommand::TriggerBarrier(barrier.clone()));
+            }
+        }
+        Pending {
+            barrier,
+            started: Instant::now(),
+            deadline: tokio::time::Instant::now() + timeout,
+            acks: BTreeMap::new(),
+            request,
+        }
+    };
+
+    loop {
+        // start what is due
+        if pending.is_none() && ending.is_none() {
+            if let Some(ControlRequest::Savepoint { id: req, dir, stop }) =
+                (!queued.is_empty()).then(|| queued.remove(0))
+            {
+                let dir = dir.unwrap_or_else(|| graph.spec.savepoint_dir());
+                let id = *next_id;
+                *next_id += 1;
+                let name = format!(
+                    "savepoint-{id}-{}",
+                    chrono::Utc::now().format("%Y%m%dT%H%M%S")
+                );
+                match Location::parse(&dir, storage.as_ref()) {
+                    Ok(loc) => {
+                        if stop {
+                            shared.set_state("stopping");
+                        }
+                        pending = Some(trigger(
+                            BarrierKind::Savepoint { stop },
+                            loc.child(&name),
+                            Some(req),
+                            id,
+                            &attempt.commands,
+                        ));
+                    }
+                    Err(e) => shared.finish_request(&req, Err(e.to_string())),
+                }
+            } else if sources > 0 && exhausted == sources {
+                let id = *next_id;
+                *next_id += 1;
+                pending = Some(trigger(
+                    BarrierKind::Checkpoint { last: true },
+                    ckpt_dir.child(&format!("chk-{id}")),
+                    None,
+                    id,
+                    &attempt.commands,
+                ));
+            }
+        }
+        let deadline = pending
+            .as_ref()
+            .map(|p| p.deadline)
+            .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            ev = attempt.events.recv() => {
+                let Some(ev) = ev else {
+                    return Err((Error::Cancelled("all subtasks are gone".into()), latest));
+                };
+                match ev {
+                    TaskEvent::Failed { error, .. } => {
+                        if let Some(p) = pending.take()
+                            && let Some(r) = p.request {
+                                shared.finish_request(&r, Err(format!("job failed: {error}")));
+                            }
+                        return Err((Error::Other(error), latest));
+                    }
+                    TaskEvent::SourceExhausted { .. } => exhausted += 1,
+                    TaskEvent::Finished { .. } => {
+                        finished += 1;
+                        if finished == attempt.subtasks {
+                            if let Some(o) = ended_with.take() {
+                                return Ok((o, latest));
+                            }
+                            return Err((Error::Other("subtasks ended unexpectedly".into()), latest));
+                        }
+                    }
+                    TaskEvent::Ack { checkpoint_id, step, subtask, file } => {
+                        let Some(p) = pending.as_mut() else { continue };
+                        if p.barrier.id != checkpoint_id {
+                            continue;
+                        }
+                        p.acks.insert((step, subtask), file);
+                        if p.acks.len() < attempt.subtasks {
+                            continue;
+                        }
+                        let Some(p) = pending.take() else { continue };
+                        let span = tracing::info_span!("checkpoint", id = p.barrier.id);
+                        let done = complete(graph, &p, shared, ckpt_dir, retained).instrument(span).await;
+                        match done {
+                            Ok(path) => {
+                                let notify = match p.barrier.kind {
+                                    BarrierKind::Checkpoint { .. } => {
+                                        latest = Some(p.barrier.target.clone());
+                                        true
+                                    }
+                                    BarrierKind::Savepoint { stop } => stop,
+                                };
+                                if p.barrier.ends_stream() {
+                                    ending = Some((p.barrier.id, Some(path.clone())));
+                                    ended_with = Some(match p.barrier.kind {
+                                        BarrierKind::Savepoint { .. } => Outcome::Stopped { savepoint: path.clone() },
+                                        BarrierKind::Checkpoint { .. } => Outcome::Finished,
+                                    });
+                                }
+                                if notify {
+                                    for step_cmds in &attempt.commands {
+                                        for c in step_cmds {
+                                            let _ = c.send(TaskCommand::NotifyComplete(p.barrier.id));
+                                        }
+                                    }
+                                }
+                                if let Some(r) = &p.request {
+                                    shared.finish_request(r, Ok(path));
+                                }
+                            }
+                            Err(e) => {
+                                shared.metrics.checkpoints_failed.fetch_add(1, Ordering::Relaxed);
+                                tracing::warn!(checkpoint = p.barrier.id, error = %e, "checkpoint failed");
+                                if let Some(r) = &p.request {
+                                    shared.finish_request(r, Err(e.to_string()));
+                                }
+                                if p.barrier.ends_stream() {
+                                    return Err((e, latest));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            req = requests.recv() => {
+                if let Some(req) = req {
+                    if ending.is_some() {
+                        let ControlRequest::Savepoint { id, .. } = &req;
+                        shared.finish_request(id, Err("the job is ending".into()));
+                    } else {
+                        queued.push(req);
+                    }
+                }
+            }
+            _ = ticker.tick(), if pending.is_none() && ending.is_none() && queued.is_empty() => {
+                let id = *next_id;
+                *next_id += 1;
+                pending = Some(trigger(
+                    BarrierKind::Checkpoint { last: false },
+                    ckpt_dir.child(&format!("chk-{id}")),
+                    None,
+                    id,
+                    &attempt.commands,
+                ));
+            }
+            _ = tokio::time::sleep_until(deadline), if pending.is_some() => {
+                if let Some(p) = pending.take() {
+                    shared.metrics.checkpoints_failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(checkpoint = p.barrier.id, "checkpoint expired before completing");
+                    if let Some(r) = &p.request {
+                        shared.finish_request(r, Err(format!("savepoint timed out after {timeout:?}")));
+                    }
+                    if p.barrier.ends_stream() {
+                        return Err((Error::Other("stop/final checkpoint timed out".into()), latest));
+                    }
+                }
+            }
+            _ = rate.tick() => {
+                let now = (Instant::now(), shared.metrics.totals().0);
+                let secs = now.0.duration_since(last_in.0).as_secs_f64();
+                if secs > 0.0 {
+                    let r = (now.1.saturating_sub(last_in.1)) as f64 / secs;
+                    shared.update(|s| s.records_in_per_second = (r * 10.0).round() / 10.0);
+                }
+                last_in = now;
+            }
+            j = attempt.tasks.join_next(), if !attempt.tasks.is_empty() => {
+                if let Some(Err(e)) = j
+                    && e.is_panic() {
+                        return Err((Error::Other(format!("a subtask panicked: {e}")), latest));
+                    }
+            }
+        }
+    }
+}
+
+async fn complete(
+    graph: &JobGraph,
+    p: &Pending,
+    shared: &Arc<Shared>,
+    ckpt_dir: &Location,
+    retained: usize,
+) -> Result<String> {
+    let meta = metadata_for(graph, &p.barrier, &p.acks);
+    p.barrier
+        .target
+        .put(METADATA_FILE, meta.to_json()?)
+        .await?;
+    let duration = p.started.elapsed();
+    let info = SnapshotInfo {
+        id: p.barrier.id,
+        path: p.barrier.target.display().to_string(),
+        completed_at: meta.created_at.clone(),
+        duration_ms: duration.as_millis() as u64,
+    };
+    shared.metrics.observe_checkpoint(duration.as_secs_f64());
+    match p.barrier.kind {
+        BarrierKind::Checkpoint { .. } => {
+            shared
+                .metrics
+                .last_checkpoint_id
+                .store(p.barrier.id, Ordering::Relaxed);
+            shared
+                .metrics
+                .checkpoints_completed
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                checkpoint = p.barrier.id,
+                path = %info.path,
+                duration_ms = info.duration_ms,
+                "checkpoint {} completed",
+                p.barrier.id
+            );
+            shared.update(|s| s.latest_checkpoint = Some(info.clone()));
+            // retention: keep the newest `retained` complete checkpoints; drop older leftovers
+            let all = list_checkpoints(ckpt_dir).await?;
+            let complete: Vec<u64> = all.iter().filter(|(_, c)| **c).map(|(id, _)| *id).collect();
+            let keep_from = complete
+                .len()
+                .checked_sub(retained)
+                .and_then(|i| complete.get(i))
+                .copied()
+                .unwrap_or(0);
+            for (id, _) in all.iter().filter(|(id, _)| **id < keep_from) {
+                ckpt_dir.delete_dir(&format!("chk-{id}")).await?;
+            }
+        }
+        BarrierKind::Savepoint { .. } => {
+            tracing::info!(checkpoint = p.barrier.id, path = %info.path, "savepoint {} completed", p.barrier.id);
+            shared.update(|s| s.last_savepoint = Some(info.clone()));
+        }
+    }
+    Ok(info.path)
+}
