@@ -10,7 +10,7 @@ if [[ -f "$jar" ]] && [[ -z "$(find "$here/pom.xml" "$here/src" -newer "$jar" -p
 fi
 cd "$here"
 echo "building $jar ..." >&2
-if ! mvn -q -o -B package -DskipTests 1>&2 2>/dev/null; then
+if ! mvn -q -o -B package -DskipTests >/dev/null 2>&1; then
   mvn -q -B package -DskipTests 1>&2
 fi
 test -f "$jar"
