@@ -1299,6 +1299,9 @@ pub struct UpgradeStatus {
     pub step: String,
     /// When the upgrade started (RFC 3339).
     pub started_at: String,
+    /// When the current step started (RFC 3339); step timeouts count from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_started_at: Option<String>,
     /// Savepoint or checkpoint the new version restores from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub savepoint: Option<String>,

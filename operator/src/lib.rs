@@ -1,1 +1,55 @@
-//! placeholder
+//! The StreamJob operator: a kube-rs controller that runs StreamJobs as runtime pods and moves
+//! them between versions through savepoints (in place or by a shadow copy), with rollback.
+//!
+//! Observe (`controller`) → decide (`decide`, pure) → act (`controller`, `resources`).
+
+pub mod control;
+// pub mod controller;
+pub mod decide;
+// pub mod leader;
+// pub mod metrics;
+// pub mod resources;
+
+/// Everything that can go wrong in the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+
+    /// A call to a runtime pod's control API failed.
+    #[error("runtime control API: {0}")]
+    Control(String),
+
+    /// Serialising a manifest or status failed.
+    #[error("cannot serialise: {0}")]
+    Serialize(String),
+
+    /// The StreamJob lacks something the operator needs (name, namespace, uid).
+    #[error("StreamJob object: {0}")]
+    Object(String),
+
+    /// Adding or removing the finalizer failed.
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+
+    /// Serving metrics and probes failed.
+    #[error("metrics server: {0}")]
+    Server(String),
+}
+
+impl Error {
+    /// Short label for the `errors` metric.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Control(_) => "control",
+            Error::Serialize(_) => "serialize",
+            Error::Object(_) => "object",
+            Error::Finalizer(_) => "finalizer",
+            Error::Server(_) => "server",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,363 @@
+//! Client of the runtime's control API (HTTP+JSON on the coordinator, port 8081, bearer token).
+//!
+//! The decision logic never sees HTTP: it reads [`JobStatus`] and [`SavepointState`] values that
+//! the controller fetched through the [`ControlApi`] trait, and asks for calls through actions.
+
+use std::future::Future;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Run state reported by `GET /v1/status`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    Created,
+    /// Pods started with `--standby`: the job graph is loaded, waiting for `POST /v1/start`
+    /// (shadow upgrades; not yet in the runtime).
+    Standby,
+    Restoring,
+    Running,
+    Stopping,
+    Finished,
+    Failed,
+    Restarting,
+    /// Anything a newer runtime reports that this operator does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// What the job was restored from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoredFrom {
+    pub kind: String,
+    pub path: String,
+}
+
+/// A completed checkpoint or savepoint.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    #[serde(default)]
+    pub id: Option<u64>,
+    pub path: String,
+    #[serde(default)]
+    pub completed_at: Option<String>,
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
+}
+
+/// `GET /v1/status`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStatus {
+    pub state: RunState,
+    #[serde(default)]
+    pub restored_from: Option<RestoredFrom>,
+    #[serde(default)]
+    pub latest_checkpoint: Option<Snapshot>,
+    #[serde(default)]
+    pub last_savepoint: Option<Snapshot>,
+    #[serde(default)]
+    pub records_in: u64,
+    #[serde(default)]
+    pub records_out: u64,
+    #[serde(default)]
+    pub records_in_per_second: f64,
+    #[serde(default)]
+    pub restarts: u64,
+    #[serde(default)]
+    pub failure: Option<String>,
+}
+
+impl JobStatus {
+    /// A job in `state` with nothing else reported (tests and defaults).
+    pub fn new(state: RunState) -> Self {
+        Self {
+            state,
+            restored_from: None,
+            latest_checkpoint: None,
+            last_savepoint: None,
+            records_in: 0,
+            records_out: 0,
+            records_in_per_second: 0.0,
+            restarts: 0,
+            failure: None,
+        }
+    }
+
+    /// Whether the job completed a checkpoint of its own since it was (re)started: the latest
+    /// checkpoint exists and is not the snapshot it restored from.
+    pub fn has_own_checkpoint(&self) -> bool {
+        match (&self.latest_checkpoint, &self.restored_from) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(ck), Some(from)) => ck.path != from.path,
+        }
+    }
+}
+
+/// `GET /v1/savepoints/{id}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SavepointState {
+    Pending,
+    Completed { path: String },
+    Failed { error: String },
+}
+
+#[derive(Deserialize)]
+struct SavepointStateWire {
+    state: String,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+impl SavepointStateWire {
+    fn into_state(self) -> Result<SavepointState> {
+        match self.state.as_str() {
+            "pending" => Ok(SavepointState::Pending),
+            "completed" => match self.path {
+                Some(path) if !path.is_empty() => Ok(SavepointState::Completed { path }),
+                _ => Err(Error::Control(
+                    "savepoint reported completed without a path".into(),
+                )),
+            },
+            "failed" => Ok(SavepointState::Failed {
+                error: self.error.unwrap_or_else(|| "no reason given".into()),
+            }),
+            other => Err(Error::Control(format!("unknown savepoint state {other:?}"))),
+        }
+    }
+}
+
+/// A runtime pod's control endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `http://<podIP>:<port>` (no cluster DNS: pods are reached by IP).
+    pub base_url: String,
+    /// Bearer token from the job's Secret.
+    pub token: String,
+}
+
+impl Endpoint {
+    pub fn new(ip: &str, port: u16, token: &str) -> Self {
+        let host = if ip.contains(':') {
+            format!("[{ip}]")
+        } else {
+            ip.to_string()
+        };
+        Self {
+            base_url: format!("http://{host}:{port}"),
+            token: token.to_string(),
+        }
+    }
+}
+
+/// Body of `POST /v1/savepoints`.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SavepointRequest {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+    pub stop: bool,
+    /// Shadow upgrades: after stop-with-savepoint keep the process up, waiting for
+    /// `POST /v1/start` (runtime requirement; ignored by runtimes that do not know it).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub standby: bool,
+}
+
+/// The calls the operator makes to a runtime pod.
+pub trait ControlApi: Send + Sync + 'static {
+    fn status(&self, ep: &Endpoint) -> impl Future<Output = Result<JobStatus>> + Send;
+    /// Returns the savepoint request id.
+    fn trigger_savepoint(
+        &self,
+        ep: &Endpoint,
+        req: &SavepointRequest,
+    ) -> impl Future<Output = Result<String>> + Send;
+    fn savepoint(
+        &self,
+        ep: &Endpoint,
+        id: &str,
+    ) -> impl Future<Output = Result<SavepointState>> + Send;
+    /// `POST /v1/start {"fromSavepoint": path}`: a standby job restores and runs (shadow upgrades).
+    fn start(
+        &self,
+        ep: &Endpoint,
+        from_savepoint: Option<&str>,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// [`ControlApi`] over HTTP with reqwest.
+#[derive(Clone, Debug)]
+pub struct HttpControl {
+    client: reqwest::Client,
+}
+
+impl HttpControl {
+    pub fn new(timeout: Duration) -> Result<Self> {
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()
+            .map_err(|e| Error::Control(format!("cannot build HTTP client: {e}")))?;
+        Ok(Self { client })
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response> {
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| Error::Control(format!("request failed: {e}")))?;
+        let status = resp.status();
+        if status.is_success() {
+            Ok(resp)
+        } else {
+            let body = resp.text().await.unwrap_or_default();
+            Err(Error::Control(format!(
+                "runtime answered {status}: {}",
+                body.chars().take(500).collect::<String>()
+            )))
+        }
+    }
+}
+
+impl ControlApi for HttpControl {
+    async fn status(&self, ep: &Endpoint) -> Result<JobStatus> {
+        let resp = self
+            .send(
+                self.client
+                    .get(format!("{}/v1/status", ep.base_url))
+                    .bearer_auth(&ep.token),
+            )
+            .await?;
+        resp.json()
+            .await
+            .map_err(|e| Error::Control(format!("bad /v1/status body: {e}")))
+    }
+
+    async fn trigger_savepoint(&self, ep: &Endpoint, req: &SavepointRequest) -> Result<String> {
+        #[derive(Deserialize)]
+        struct Accepted {
+            id: serde_json::Value,
+        }
+        let resp = self
+            .send(
+                self.client
+                    .post(format!("{}/v1/savepoints", ep.base_url))
+                    .bearer_auth(&ep.token)
+                    .json(req),
+            )
+            .await?;
+        let accepted: Accepted = resp
+            .json()
+            .await
+            .map_err(|e| Error::Control(format!("bad /v1/savepoints body: {e}")))?;
+        Ok(match accepted.id {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        })
+    }
+
+    async fn savepoint(&self, ep: &Endpoint, id: &str) -> Result<SavepointState> {
+        let resp = self
+            .send(
+                self.client
+                    .get(format!("{}/v1/savepoints/{id}", ep.base_url))
+                    .bearer_auth(&ep.token),
+            )
+            .await?;
+        let wire: SavepointStateWire = resp
+            .json()
+            .await
+            .map_err(|e| Error::Control(format!("bad /v1/savepoints/{id} body: {e}")))?;
+        wire.into_state()
+    }
+
+    async fn start(&self, ep: &Endpoint, from_savepoint: Option<&str>) -> Result<()> {
+        self.send(
+            self.client
+                .post(format!("{}/v1/start", ep.base_url))
+                .bearer_auth(&ep.token)
+                .json(&serde_json::json!({ "fromSavepoint": from_savepoint })),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parses_status_contract() {
+        let js: JobStatus = serde_json::from_str(
+            r#"{"state":"running","restoredFrom":{"kind":"savepoint","path":"s3://b/sp/1"},
+                "latestCheckpoint":{"id":7,"path":"s3://b/ck/7","completedAt":"2026-01-01T00:00:00Z","durationMs":12},
+                "lastSavepoint":null,"recordsIn":10,"recordsOut":9,"recordsInPerSecond":1.5,"restarts":0,"failure":null}"#,
+        )
+        .unwrap();
+        assert_eq!(js.state, RunState::Running);
+        assert!(js.has_own_checkpoint());
+        let unknown: JobStatus = serde_json::from_str(r#"{"state":"warming"}"#).unwrap();
+        assert_eq!(unknown.state, RunState::Unknown);
+    }
+
+    #[test]
+    fn own_checkpoint_excludes_the_restored_one() {
+        let mut js = JobStatus::new(RunState::Running);
+        js.restored_from = Some(RestoredFrom {
+            kind: "checkpoint".into(),
+            path: "ck/3".into(),
+        });
+        js.latest_checkpoint = Some(Snapshot {
+            path: "ck/3".into(),
+            ..Default::default()
+        });
+        assert!(!js.has_own_checkpoint());
+    }
+
+    #[test]
+    fn savepoint_states() {
+        let parse = |s: &str| {
+            serde_json::from_str::<SavepointStateWire>(s)
+                .unwrap()
+                .into_state()
+        };
+        assert_eq!(
+            parse(r#"{"state":"pending"}"#).unwrap(),
+            SavepointState::Pending
+        );
+        assert_eq!(
+            parse(r#"{"state":"completed","path":"p"}"#).unwrap(),
+            SavepointState::Completed { path: "p".into() }
+        );
+        assert!(parse(r#"{"state":"completed"}"#).is_err());
+        assert_eq!(
+            parse(r#"{"state":"failed","error":"x"}"#).unwrap(),
+            SavepointState::Failed { error: "x".into() }
+        );
+    }
+
+    #[test]
+    fn request_body() {
+        let body = serde_json::to_value(SavepointRequest {
+            dir: Some("d".into()),
+            stop: true,
+            standby: false,
+        })
+        .unwrap();
+        assert_eq!(body, serde_json::json!({"dir": "d", "stop": true}));
+        assert_eq!(
+            Endpoint::new("10.0.0.1", 8081, "t").base_url,
+            "http://10.0.0.1:8081"
+        );
+    }
+}
