@@ -65,7 +65,7 @@ impl ControlPlane {
             .arg("--unsafe-no-fsync=true")
             .arg("--quota-backend-bytes=2147483648")
             .arg("--log-level=warn");
-        let mut etcd = ManagedProcess::spawn("etcd", cmd, dir, watchdog)?;
+        let etcd = ManagedProcess::spawn("etcd", cmd, dir, watchdog)?;
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))
             .build()?;
@@ -89,7 +89,10 @@ impl ControlPlane {
             .arg("--bind-address=127.0.0.1")
             .arg("--advertise-address=127.0.0.1")
             .arg(format!("--secure-port={apiserver_port}"))
-            .arg(format!("--cert-dir={}", dir.join("apiserver-certs").display()))
+            .arg(format!(
+                "--cert-dir={}",
+                dir.join("apiserver-certs").display()
+            ))
             .arg(format!("--tls-cert-file={}", pki.apiserver.cert.display()))
             .arg(format!(
                 "--tls-private-key-file={}",
@@ -97,7 +100,10 @@ impl ControlPlane {
             ))
             .arg(format!("--client-ca-file={}", pki.ca.cert.display()))
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
-            .arg(format!("--service-account-key-file={}", pki.sa_pub.display()))
+            .arg(format!(
+                "--service-account-key-file={}",
+                pki.sa_pub.display()
+            ))
             .arg(format!(
                 "--service-account-signing-key-file={}",
                 pki.sa_key.display()
@@ -108,7 +114,7 @@ impl ControlPlane {
             .arg("--endpoint-reconciler-type=none")
             .arg("--profiling=false")
             .arg("--v=1");
-        let mut apiserver = ManagedProcess::spawn("kube-apiserver", cmd, dir, watchdog)?
+        let apiserver = ManagedProcess::spawn("kube-apiserver", cmd, dir, watchdog)?
             .with_grace(Duration::from_secs(60));
         let ca_pem = std::fs::read(&pki.ca.cert).ctx(|| "read CA".to_string())?;
         let ca = reqwest::Certificate::from_pem(&ca_pem)?;
@@ -175,11 +181,14 @@ impl ControlPlane {
                 "--cluster-signing-cert-file={}",
                 pki.ca.cert.display()
             ))
-            .arg(format!("--cluster-signing-key-file={}", pki.ca.key.display()))
+            .arg(format!(
+                "--cluster-signing-key-file={}",
+                pki.ca.key.display()
+            ))
             .arg(format!("--service-cluster-ip-range={SERVICE_CIDR}"))
             .arg("--profiling=false")
             .arg("--v=1");
-        let mut controller_manager =
+        let controller_manager =
             ManagedProcess::spawn("kube-controller-manager", cmd, dir, watchdog)?;
 
         // kube-scheduler
@@ -194,7 +203,7 @@ impl ControlPlane {
             .arg("--leader-elect=false")
             .arg("--profiling=false")
             .arg("--v=1");
-        let mut scheduler = ManagedProcess::spawn("kube-scheduler", cmd, dir, watchdog)?;
+        let scheduler = ManagedProcess::spawn("kube-scheduler", cmd, dir, watchdog)?;
 
         let insecure = reqwest::Client::builder()
             .danger_accept_invalid_certs(true)
@@ -250,7 +259,7 @@ impl ControlPlane {
     }
 
     /// Fails if any control-plane process has exited.
-    pub fn check_running(&mut self) -> Result<()> {
+    pub fn check_running(&self) -> Result<()> {
         self.etcd.check_running()?;
         self.apiserver.check_running()?;
         self.controller_manager.check_running()?;

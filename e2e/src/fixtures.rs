@@ -124,9 +124,11 @@ impl TestEnv {
         std::fs::create_dir_all(&run_dir).ctx(|| format!("create {}", run_dir.display()))?;
         tracing::info!(run_dir = %run_dir.display(), "starting e2e environment");
         let watchdog = Watchdog::start(&run_dir)?;
+        let cluster_dir = run_dir.join("cluster");
+        let minio_dir = run_dir.join("minio");
         let (plane, minio) = tokio::try_join!(
-            ControlPlane::start(&bins, &run_dir.join("cluster"), Some(&watchdog)),
-            Minio::start(&bins, &run_dir.join("minio"), Some(&watchdog)),
+            ControlPlane::start(&bins, &cluster_dir, Some(&watchdog)),
+            Minio::start(&bins, &minio_dir, Some(&watchdog)),
         )?;
 
         let kubelet_config = KubeletConfig {
@@ -135,7 +137,9 @@ impl TestEnv {
             api_server: plane.server.clone(),
             ca_file: plane.pki.ca.cert.clone(),
             images: opts.images.clone(),
-            pod_ip_start: std::net::Ipv4Addr::new(127, 0, 1, 1),
+            // A random second octet keeps two runs on one machine (a developer's and CI's)
+            // from handing out the same pod addresses.
+            pod_ip_start: std::net::Ipv4Addr::new(127, rand::random_range(1..=254), 0, 1),
             capacity: Default::default(),
             labels: Default::default(),
             inherit_env: vec!["RUST_LOG".into(), "RUST_BACKTRACE".into()],
@@ -148,7 +152,7 @@ impl TestEnv {
             .arg(&plane.admin_kubeconfig)
             .arg("--config")
             .arg(&kubelet_cfg_path);
-        let mut kubelet = ManagedProcess::spawn("process-kubelet", cmd, &run_dir, Some(&watchdog))?
+        let kubelet = ManagedProcess::spawn("process-kubelet", cmd, &run_dir, Some(&watchdog))?
             .with_grace(Duration::from_secs(40));
 
         let client = plane.client().await?;

@@ -10,6 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -21,7 +22,8 @@ use crate::error::{Error, IoContext, Result};
 #[derive(Debug)]
 pub struct ManagedProcess {
     name: String,
-    child: Child,
+    pid: u32,
+    child: Mutex<Child>,
     log: PathBuf,
     grace: Duration,
 }
@@ -36,9 +38,7 @@ impl ManagedProcess {
     ) -> Result<Self> {
         let log = log_dir.join(format!("{name}.log"));
         let out = File::create(&log).ctx(|| format!("create {}", log.display()))?;
-        let err = out
-            .try_clone()
-            .ctx(|| format!("clone {}", log.display()))?;
+        let err = out.try_clone().ctx(|| format!("clone {}", log.display()))?;
         use std::os::unix::process::CommandExt;
         cmd.stdin(Stdio::null())
             .stdout(out)
@@ -51,7 +51,8 @@ impl ManagedProcess {
         }
         Ok(Self {
             name: name.to_string(),
-            child,
+            pid: child.id(),
+            child: Mutex::new(child),
             log,
             grace: Duration::from_secs(20),
         })
@@ -65,7 +66,7 @@ impl ManagedProcess {
 
     /// The process id (also its process group id).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.pid
     }
 
     /// The process's name.
@@ -79,8 +80,12 @@ impl ManagedProcess {
     }
 
     /// Fails if the process has exited.
-    pub fn check_running(&mut self) -> Result<()> {
-        match self.child.try_wait() {
+    pub fn check_running(&self) -> Result<()> {
+        let mut child = self
+            .child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match child.try_wait() {
             Ok(Some(status)) => Err(Error::ProcessExited {
                 name: self.name.clone(),
                 status: status.to_string(),
@@ -96,8 +101,12 @@ impl ManagedProcess {
 
     /// SIGTERM to the process group, wait up to the grace period, then SIGKILL; reaps the child.
     pub fn stop(&mut self) {
-        let pgid = pgid_of(self.child.id());
-        if let Ok(Some(_)) = self.child.try_wait() {
+        let pgid = pgid_of(self.pid);
+        let child = self
+            .child
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Ok(Some(_)) = child.try_wait() {
             // The leader is gone; make sure nothing it started lingers.
             let _ = killpg(pgid, Signal::SIGKILL);
             return;
@@ -106,7 +115,7 @@ impl ManagedProcess {
         let _ = killpg(pgid, Signal::SIGTERM);
         let deadline = started + self.grace;
         while Instant::now() < deadline {
-            match self.child.try_wait() {
+            match child.try_wait() {
                 Ok(Some(status)) => {
                     // Members of the group that ignored SIGTERM must not survive their leader.
                     let _ = killpg(pgid, Signal::SIGKILL);
@@ -119,7 +128,7 @@ impl ManagedProcess {
         }
         tracing::warn!(name = %self.name, grace = ?self.grace, "did not exit after SIGTERM; SIGKILL");
         let _ = killpg(pgid, Signal::SIGKILL);
-        let _ = self.child.wait();
+        let _ = child.wait();
     }
 }
 
@@ -150,15 +159,15 @@ impl Watchdog {
         let script = r#"cat >/dev/null
 list=$(cat "$1" 2>/dev/null)
 [ -z "$list" ] && exit 0
-for g in $list; do kill -TERM -- "-$g" 2>/dev/null; done
+for g in $list; do kill -TERM "-$g" 2>/dev/null; done
 i=0
 while [ $i -lt 50 ]; do
   alive=0
-  for g in $list; do kill -0 -- "-$g" 2>/dev/null && alive=1; done
+  for g in $list; do kill -0 "-$g" 2>/dev/null && alive=1; done
   [ $alive = 0 ] && exit 0
   sleep 0.1; i=$((i+1))
 done
-for g in $list; do kill -KILL -- "-$g" 2>/dev/null; done
+for g in $list; do kill -KILL "-$g" 2>/dev/null; done
 "#;
         use std::os::unix::process::CommandExt;
         let mut child = Command::new("sh")

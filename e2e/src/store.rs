@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
 use hmac::{Hmac, Mac};
-use object_store::ObjectStore;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
 use sha2::{Digest, Sha256};
 
 use crate::binaries::Binaries;
@@ -74,7 +74,10 @@ impl S3Endpoint {
             "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
             hex::encode(Sha256::digest(canonical.as_bytes()))
         );
-        let k_date = hmac(format!("AWS4{}", self.secret_key).as_bytes(), day.as_bytes())?;
+        let k_date = hmac(
+            format!("AWS4{}", self.secret_key).as_bytes(),
+            day.as_bytes(),
+        )?;
         let k_region = hmac(&k_date, self.region.as_bytes())?;
         let k_service = hmac(&k_region, b"s3")?;
         let k_signing = hmac(&k_service, b"aws4_request")?;
@@ -179,7 +182,7 @@ impl Minio {
             .env("MINIO_BROWSER", "off")
             .env("MINIO_UPDATE", "off")
             .env("HOME", dir);
-        let mut process = ManagedProcess::spawn("minio", cmd, dir, watchdog)?;
+        let process = ManagedProcess::spawn("minio", cmd, dir, watchdog)?;
         let url = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))

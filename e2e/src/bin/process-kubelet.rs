@@ -32,13 +32,14 @@ async fn main() -> anyhow::Result<()> {
     let client = streamjob_e2e::cluster::client_from_kubeconfig(&args.kubeconfig).await?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot install SIGTERM handler");
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot install SIGTERM handler");
+                    return;
+                }
+            };
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}

@@ -23,7 +23,7 @@ pub struct KubeletConfig {
     /// Image → binary mappings; the first match wins.
     #[serde(default)]
     pub images: Vec<ImageMapping>,
-    /// First pod IP; later pods get the following addresses (127.0.x.y, all routed to `lo`).
+    /// First pod IP; later pods get the following addresses (127.x.y.z, all routed to `lo`).
     #[serde(default = "default_pod_ip_start")]
     pub pod_ip_start: Ipv4Addr,
     /// Node capacity (defaults: cpu 16, memory 64Gi, pods 110).

@@ -93,7 +93,11 @@ fn field_ref(pod: &Pod, pod_ip: &str, path: &str) -> Result<String, ConfigError>
     Ok(value)
 }
 
-async fn secret(client: &kube::Client, ns: &str, name: &str) -> Result<Option<Secret>, ConfigError> {
+async fn secret(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Secret>, ConfigError> {
     Api::<Secret>::namespaced(client.clone(), ns)
         .get_opt(name)
         .await

@@ -45,10 +45,30 @@ fn conditions(since: &str) -> serde_json::Value {
                "lastHeartbeatTime": now, "lastTransitionTime": since})
     };
     json!([
-        c("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-        c("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-        c("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        c("Ready", "True", "KubeletReady", "process kubelet is posting ready status"),
+        c(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available"
+        ),
+        c(
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure"
+        ),
+        c(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available"
+        ),
+        c(
+            "Ready",
+            "True",
+            "KubeletReady",
+            "process kubelet is posting ready status"
+        ),
     ])
 }
 
@@ -138,7 +158,11 @@ pub async fn heartbeat(client: &kube::Client, cfg: &KubeletConfig, since: &str) 
 }
 
 /// Heartbeats forever (errors are logged and retried at the next tick).
-pub async fn heartbeat_loop(client: kube::Client, cfg: std::sync::Arc<KubeletConfig>, since: String) {
+pub async fn heartbeat_loop(
+    client: kube::Client,
+    cfg: std::sync::Arc<KubeletConfig>,
+    since: String,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(cfg.heartbeat_seconds.max(1)));
     loop {
         tick.tick().await;

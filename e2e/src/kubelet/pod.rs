@@ -27,7 +27,6 @@ const BACKOFF_START: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Shared state of the kubelet that pod workers use.
-#[derive(Debug)]
 pub struct Shared {
     pub client: kube::Client,
     pub cfg: Arc<KubeletConfig>,
@@ -85,7 +84,6 @@ impl Ctr {
 }
 
 /// The runtime state of one pod on this node.
-#[derive(Debug)]
 pub struct PodRuntime {
     shared: Arc<Shared>,
     key: String,
@@ -182,7 +180,7 @@ impl PodRuntime {
             .map_err(|e| ConfigError(format!("token for serviceaccount {ns}/{sa}: {e}")))?;
         let token = resp
             .status
-            .map(|s| s.token)
+            .and_then(|s| s.token)
             .ok_or_else(|| ConfigError("token request returned no token".into()))?;
         write_kubeconfig(
             &path,
@@ -204,7 +202,9 @@ impl PodRuntime {
         let mapping = cfg.image(&image).ok_or_else(|| {
             (
                 "ErrImagePull".to_string(),
-                format!("image {image:?} is not mapped to a local binary in the process kubelet config"),
+                format!(
+                    "image {image:?} is not mapped to a local binary in the process kubelet config"
+                ),
             )
         })?;
         let cfg_err = |e: ConfigError| ("CreateContainerConfigError".to_string(), e.0);
@@ -350,7 +350,11 @@ impl PodRuntime {
                 return false;
             };
             let host = h.host.clone().unwrap_or_else(|| self.ip.to_string());
-            let scheme = h.scheme.clone().unwrap_or_else(|| "HTTP".into()).to_lowercase();
+            let scheme = h
+                .scheme
+                .clone()
+                .unwrap_or_else(|| "HTTP".into())
+                .to_lowercase();
             let path = h.path.clone().unwrap_or_else(|| "/".into());
             let url = format!("{scheme}://{host}:{port}{path}");
             let mut req = self.shared.http.get(&url).timeout(timeout);
@@ -369,7 +373,11 @@ impl PodRuntime {
             let host = t.host.clone().unwrap_or_else(|| self.ip.to_string());
             let port = u16::try_from(port).unwrap_or(0);
             return matches!(
-                tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host.as_str(), port))).await,
+                tokio::time::timeout(
+                    timeout,
+                    tokio::net::TcpStream::connect((host.as_str(), port))
+                )
+                .await,
                 Ok(Ok(_))
             );
         }
@@ -412,7 +420,9 @@ impl PodRuntime {
                 c.terminated = Some(term);
                 if restart_wanted(&policy, code) {
                     // A container that ran for a while starts over with a short backoff.
-                    if c.started_instant.is_some_and(|t| t.elapsed() > Duration::from_secs(60)) {
+                    if c.started_instant
+                        .is_some_and(|t| t.elapsed() > Duration::from_secs(60))
+                    {
                         c.backoff = BACKOFF_START;
                     }
                     c.next_start = Some(now + c.backoff);
@@ -426,15 +436,13 @@ impl PodRuntime {
                 }
             }
             // Start?
-            let due = self.ctrs[i].child.is_none()
-                && self.ctrs[i].next_start.is_some_and(|t| t <= now);
-            if due {
-                if let Err((reason, message)) = self.start(pod, i).await {
-                    tracing::warn!(pod = %self.key, container = %self.ctrs[i].spec.name, %reason, %message, "cannot start container");
-                    let c = &mut self.ctrs[i];
-                    c.waiting = Some((reason, message));
-                    c.next_start = Some(Instant::now() + Duration::from_secs(2));
-                }
+            let due =
+                self.ctrs[i].child.is_none() && self.ctrs[i].next_start.is_some_and(|t| t <= now);
+            if due && let Err((reason, message)) = self.start(pod, i).await {
+                tracing::warn!(pod = %self.key, container = %self.ctrs[i].spec.name, %reason, %message, "cannot start container");
+                let c = &mut self.ctrs[i];
+                c.waiting = Some((reason, message));
+                c.next_start = Some(Instant::now() + Duration::from_secs(2));
             }
             // Probes.
             if self.ctrs[i].child.is_some() {
@@ -462,20 +470,20 @@ impl PodRuntime {
                     }
                     Some(_) => {}
                 }
-                if let Some(p) = &spec.liveness_probe {
-                    if Instant::now() >= self.ctrs[i].next_live {
-                        let ok = self.probe(p, &spec).await;
-                        let c = &mut self.ctrs[i];
-                        c.next_live = Instant::now()
-                            + Duration::from_secs(p.period_seconds.unwrap_or(10).max(1) as u64);
-                        c.live_fail = if ok { 0 } else { c.live_fail + 1 };
-                        if c.live_fail >= p.failure_threshold.unwrap_or(3) {
-                            tracing::info!(pod = %self.key, container = %c.spec.name, "liveness probe failed; killing");
-                            if let Some(child) = c.child.as_mut() {
-                                let _ = child.start_kill();
-                            }
-                            c.live_fail = 0;
+                if let Some(p) = &spec.liveness_probe
+                    && Instant::now() >= self.ctrs[i].next_live
+                {
+                    let ok = self.probe(p, &spec).await;
+                    let c = &mut self.ctrs[i];
+                    c.next_live = Instant::now()
+                        + Duration::from_secs(p.period_seconds.unwrap_or(10).max(1) as u64);
+                    c.live_fail = if ok { 0 } else { c.live_fail + 1 };
+                    if c.live_fail >= p.failure_threshold.unwrap_or(3) {
+                        tracing::info!(pod = %self.key, container = %c.spec.name, "liveness probe failed; killing");
+                        if let Some(child) = c.child.as_mut() {
+                            let _ = child.start_kill();
                         }
+                        c.live_fail = 0;
                     }
                 }
             }
@@ -484,11 +492,7 @@ impl PodRuntime {
 
     fn phase(&self, pod: &Pod) -> &'static str {
         if self.adopted_terminal {
-            return match pod
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref())
-            {
+            return match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
                 Some("Succeeded") => "Succeeded",
                 _ => "Failed",
             };
@@ -501,12 +505,10 @@ impl PodRuntime {
             .iter()
             .all(|c| c.child.is_none() && c.next_start.is_none());
         if all_done {
-            let all_ok = self.ctrs.iter().all(|c| {
-                c.terminated
-                    .as_ref()
-                    .and_then(|t| t["exitCode"].as_i64())
-                    == Some(0)
-            });
+            let all_ok = self
+                .ctrs
+                .iter()
+                .all(|c| c.terminated.as_ref().and_then(|t| t["exitCode"].as_i64()) == Some(0));
             if all_ok { "Succeeded" } else { "Failed" }
         } else {
             "Running"
@@ -561,7 +563,11 @@ impl PodRuntime {
                 let last = c
                     .last_terminated
                     .as_ref()
-                    .or(if c.next_start.is_some() { c.terminated.as_ref() } else { None })
+                    .or(if c.next_start.is_some() {
+                        c.terminated.as_ref()
+                    } else {
+                        None
+                    })
                     .map_or_else(|| json!({}), |t| json!({ "terminated": t }));
                 let image = c.spec.image.clone().unwrap_or_default();
                 let binary = self
@@ -711,7 +717,11 @@ pub async fn pod_worker(
                 let grace = pod
                     .metadata
                     .deletion_grace_period_seconds
-                    .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+                    .or_else(|| {
+                        pod.spec
+                            .as_ref()
+                            .and_then(|s| s.termination_grace_period_seconds)
+                    })
                     .unwrap_or(30)
                     .max(0);
                 tracing::info!(pod = %rt.key, grace, "pod deleted; stopping containers");
@@ -720,10 +730,12 @@ pub async fn pod_worker(
                 rt.report(&pod).await;
                 if let (Some(ns), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) {
                     let api: Api<Pod> = Api::namespaced(shared.client.clone(), ns);
-                    let dp = DeleteParams::default().grace_period(0).preconditions(Preconditions {
-                        uid: pod.metadata.uid.clone(),
-                        resource_version: None,
-                    });
+                    let dp = DeleteParams::default()
+                        .grace_period(0)
+                        .preconditions(Preconditions {
+                            uid: pod.metadata.uid.clone(),
+                            resource_version: None,
+                        });
                     match api.delete(name, &dp).await {
                         Ok(_) => tracing::info!(pod = %rt.key, "pod object released"),
                         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}

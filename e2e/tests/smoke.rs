@@ -1,0 +1,528 @@
+//! The e2e suite (one test binary, one shared environment: run with `--test-threads=1`).
+//!
+//! Needs the binaries built by `bash e2e/scripts/install.sh`; without them every test fails with
+//! a message saying so.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use streamjob_e2e::fixtures::{self, EnvOptions, TestEnv, wait_condition, wait_for};
+use streamjob_e2e::wait::poll_until;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+fn init_tracing() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
+            )
+            .with_test_writer()
+            .try_init();
+    });
+}
+
+async fn env() -> &'static TestEnv {
+    init_tracing();
+    match fixtures::shared(|| {
+        EnvOptions::new(
+            env!("CARGO_BIN_EXE_process-kubelet"),
+            env!("CARGO_BIN_EXE_e2e-echo-server"),
+        )
+    })
+    .await
+    {
+        Ok(env) => {
+            eprintln!(
+                "e2e environment: run dir {}, control plane ready in {:?}, whole environment in {:?}",
+                env.run_dir.display(),
+                env.plane.start_duration,
+                env.start_duration
+            );
+            env
+        }
+        Err(e) => panic!("e2e environment failed to start: {e}"),
+    }
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // A zombie still has /proc/<pid>; the kubelet reaps its children, so this means "running".
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
+}
+
+fn container_pid(pod: &Pod) -> Option<u32> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .container_id
+        .as_ref()?
+        .strip_prefix("process://")?
+        .parse()
+        .ok()
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    fixtures::condition_status(pod, "Ready").as_deref() == Some("True")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crd_is_established_and_invalid_specs_are_rejected() {
+    let env = env().await;
+    let crd_dir = env.repo_root.join("charts/streamjob-operator/crds");
+    assert!(crd_dir.is_dir(), "no CRD folder at {}", crd_dir.display());
+    let dir = crd_dir.display().to_string();
+    env.kubectl_ok(&["apply", "--server-side", "-f", &dir], None)
+        .expect("kubectl apply of the chart's CRDs");
+
+    let client = env.client().await.expect("client");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for entry in std::fs::read_dir(&crd_dir).expect("read crds dir") {
+        let path = entry.expect("dir entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let doc: serde_json::Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(&path).expect("read CRD"))
+                .expect("parse CRD");
+        let name = doc["metadata"]["name"]
+            .as_str()
+            .expect("CRD name")
+            .to_string();
+        wait_condition(&crds, &name, "Established", "True", TIMEOUT)
+            .await
+            .expect("CRD Established");
+        eprintln!("CRD {name} established");
+    }
+    let printed = env
+        .kubectl_ok(&["get", "streamjobs", "--all-namespaces"], None)
+        .expect("kubectl get streamjobs");
+    eprintln!("kubectl get streamjobs: {printed:?}");
+
+    let invalid_dir = env.repo_root.join("crds/tests/invalid");
+    if !invalid_dir.is_dir() {
+        eprintln!("no {}; skipping invalid specs", invalid_dir.display());
+        return;
+    }
+    let ns = env.namespace("invalid").await.expect("namespace");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&invalid_dir)
+        .expect("read invalid dir")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("yaml"))
+        .collect();
+    files.sort();
+    assert!(
+        !files.is_empty(),
+        "{} has no yaml files",
+        invalid_dir.display()
+    );
+    let mut failures = Vec::new();
+    for file in &files {
+        let failure = check_invalid(env, &ns, file);
+        match failure {
+            None => eprintln!("rejected as expected: {}", file.display()),
+            Some(f) => failures.push(f),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} invalid specs were not rejected as expected:\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n")
+    );
+}
+
+/// Applies one invalid manifest; `None` if the API server rejected it with the expected message.
+fn check_invalid(env: &TestEnv, ns: &str, file: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(file).expect("read invalid spec");
+    let Some(expect) = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("# expect:"))
+        .map(|s| s.trim().to_string())
+    else {
+        return Some(format!("{}: no `# expect:` comment", file.display()));
+    };
+    let path = file.display().to_string();
+    let out = env
+        .kubectl(&["apply", "-n", ns, "-f", &path], None)
+        .expect("run kubectl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        Some(format!(
+            "{path}: ACCEPTED by the API server (expected: {expect:?})"
+        ))
+    } else if !stderr.contains(&expect) {
+        Some(format!(
+            "{path}: rejected, but the message lacks {expect:?}:\n  {}",
+            stderr.trim()
+        ))
+    } else {
+        None
+    }
+}
+
+const ECHO_DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: echo
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: echo}
+  template:
+    metadata:
+      labels: {app: echo}
+    spec:
+      terminationGracePeriodSeconds: 10
+      containers:
+        - name: echo
+          image: streamjob/e2e-echo:1.0
+          ports: [{name: http, containerPort: 8080}]
+          env:
+            - name: POD_IP
+              valueFrom: {fieldRef: {fieldPath: status.podIP}}
+            - name: POD_NAME
+              valueFrom: {fieldRef: {fieldPath: metadata.name}}
+          readinessProbe:
+            httpGet: {path: /healthz, port: http}
+            periodSeconds: 1
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployment_gets_running_ready_pod_and_gc_removes_it() {
+    let env = env().await;
+    let ns = env.namespace("deploy").await.expect("namespace");
+    let client = env.client().await.expect("client");
+    env.kubectl_ok(&["apply", "-n", &ns, "-f", "-"], Some(ECHO_DEPLOYMENT))
+        .expect("kubectl apply deployment");
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    wait_for(&deployments, "echo", "available replica", TIMEOUT, |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0)
+            >= 1
+    })
+    .await
+    .expect("deployment available");
+
+    let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns);
+    let rs_list = rss.list(&ListParams::default()).await.expect("list rs");
+    assert_eq!(rs_list.items.len(), 1, "one ReplicaSet");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod_list = pods.list(&ListParams::default()).await.expect("list pods");
+    assert_eq!(pod_list.items.len(), 1, "one pod");
+    let pod = &pod_list.items[0];
+    let status = pod.status.as_ref().expect("pod status");
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert!(pod_ready(pod), "pod Ready");
+    assert_eq!(
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some(fixtures::NODE_NAME),
+        "bound by the scheduler"
+    );
+    let ip = status.pod_ip.clone().expect("podIP");
+    assert!(
+        ip.starts_with("127.") && ip != "127.0.0.1",
+        "own loopback pod IP, got {ip}"
+    );
+    let pid = container_pid(pod).expect("container pid");
+    assert!(pid_alive(pid), "container process {pid} runs");
+
+    // The process really serves on its pod IP, with the env the kubelet resolved.
+    let body = reqwest::get(format!("http://{ip}:8080/env/POD_NAME"))
+        .await
+        .expect("GET pod")
+        .text()
+        .await
+        .expect("body");
+    assert_eq!(Some(body.as_str()), pod.metadata.name.as_deref());
+
+    // Deleting the owner: GC removes the ReplicaSet and the pod; the kubelet stops the process.
+    deployments
+        .delete("echo", &DeleteParams::background())
+        .await
+        .expect("delete deployment");
+    poll_until(
+        "ReplicaSets and pods gone",
+        TIMEOUT,
+        Duration::from_millis(250),
+        || async {
+            let rs_left = rss.list(&ListParams::default()).await?.items.len();
+            let pods_left = pods.list(&ListParams::default()).await?.items.len();
+            Ok((rs_left == 0 && pods_left == 0).then_some(()))
+        },
+    )
+    .await
+    .expect("garbage collection");
+    assert!(!pid_alive(pid), "container process {pid} is gone");
+}
+
+const ENV_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: env-check
+  labels: {team: streams}
+spec:
+  containers:
+    - name: echo
+      image: streamjob/e2e-echo:1.0
+      envFrom:
+        - configMapRef: {name: settings}
+          prefix: CM_
+      env:
+        - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+        - {name: POD_NAMESPACE, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}
+        - {name: TEAM, valueFrom: {fieldRef: {fieldPath: "metadata.labels['team']"}}}
+        - {name: PASSWORD, valueFrom: {secretKeyRef: {name: creds, key: password}}}
+        - {name: MODE, valueFrom: {configMapKeyRef: {name: settings, key: mode}}}
+        - {name: GREETING, value: "hello $(TEAM)"}
+      readinessProbe:
+        httpGet: {path: /healthz, port: 8080}
+        periodSeconds: 1
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_env_value_from_and_kubeconfig() {
+    let env = env().await;
+    let ns = env.namespace("env").await.expect("namespace");
+    env.kubectl_ok(
+        &[
+            "create",
+            "-n",
+            &ns,
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=password=s3cr3t",
+        ],
+        None,
+    )
+    .expect("secret");
+    env.kubectl_ok(
+        &[
+            "create",
+            "-n",
+            &ns,
+            "configmap",
+            "settings",
+            "--from-literal=mode=fast",
+        ],
+        None,
+    )
+    .expect("configmap");
+    env.kubectl_ok(&["apply", "-n", &ns, "-f", "-"], Some(ENV_POD))
+        .expect("apply pod");
+    let client = env.client().await.expect("client");
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    let pod = wait_for(&pods, "env-check", "Ready", TIMEOUT, pod_ready)
+        .await
+        .expect("pod ready");
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("ip");
+    let expected = BTreeMap::from([
+        ("POD_IP", ip.clone()),
+        ("POD_NAMESPACE", ns.clone()),
+        ("TEAM", "streams".to_string()),
+        ("PASSWORD", "s3cr3t".to_string()),
+        ("MODE", "fast".to_string()),
+        ("CM_mode", "fast".to_string()),
+        ("GREETING", "hello streams".to_string()),
+    ]);
+    for (name, want) in &expected {
+        let got = reqwest::get(format!("http://{ip}:8080/env/{name}"))
+            .await
+            .expect("GET env")
+            .text()
+            .await
+            .expect("body");
+        assert_eq!(&got, want, "env {name}");
+    }
+    // The pod's kubeconfig carries a token of its ServiceAccount: `default` may not list pods.
+    let kubeconfig = reqwest::get(format!("http://{ip}:8080/env/KUBECONFIG"))
+        .await
+        .expect("GET env")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        Path::new(&kubeconfig).is_file(),
+        "pod kubeconfig {kubeconfig}"
+    );
+    let mut cmd = std::process::Command::new(&env.bins.kubectl);
+    let out = cmd
+        .env("KUBECONFIG", &kubeconfig)
+        .args([
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
+        .output()
+        .expect("kubectl auth whoami");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("system:serviceaccount:{ns}:default"),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn exit_pod(name: &str, policy: &str, code: i32) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  restartPolicy: {policy}
+  containers:
+    - name: main
+      image: streamjob/e2e-echo:1.0
+      args: ["exit", "{code}"]
+"#
+    )
+}
+
+fn first_container_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
+    pod.status.as_ref()?.container_statuses.as_ref()?.first()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_policies_and_exit_codes() {
+    let env = env().await;
+    let ns = env.namespace("restart").await.expect("namespace");
+    for (name, policy, code) in [
+        ("never-fails", "Never", 3),
+        ("never-ok", "Never", 0),
+        ("onfailure", "OnFailure", 4),
+    ] {
+        env.kubectl_ok(
+            &["apply", "-n", &ns, "-f", "-"],
+            Some(&exit_pod(name, policy, code)),
+        )
+        .expect("apply pod");
+    }
+    let client = env.client().await.expect("client");
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    let failed = wait_for(&pods, "never-fails", "phase Failed", TIMEOUT, |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+    })
+    .await
+    .expect("Failed");
+    let cs = first_container_status(&failed).expect("status");
+    let term = cs
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .expect("terminated");
+    assert_eq!(term.exit_code, 3);
+    assert_eq!(cs.restart_count, 0);
+
+    wait_for(&pods, "never-ok", "phase Succeeded", TIMEOUT, |p| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+    })
+    .await
+    .expect("Succeeded");
+
+    let restarted = wait_for(&pods, "onfailure", "two restarts", TIMEOUT, |p| {
+        first_container_status(p).is_some_and(|c| c.restart_count >= 2)
+    })
+    .await
+    .expect("restarts");
+    let cs = first_container_status(&restarted).expect("status");
+    let last = cs
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .expect("lastState.terminated");
+    assert_eq!(last.exit_code, 4);
+    assert_eq!(
+        restarted.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running"),
+        "a restarting OnFailure pod is Running"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minio_bucket_secret_and_objects() {
+    let env = env().await;
+    let ns = env.namespace("s3").await.expect("namespace");
+    env.bucket_with_secret(&ns, "e2e-smoke", "s3-credentials")
+        .await
+        .expect("bucket + secret");
+    let s3 = env.s3();
+    s3.write(
+        "e2e-smoke",
+        "out/a/part-0-0.json",
+        bytes::Bytes::from_static(b"{\"x\":1}\n"),
+    )
+    .await
+    .expect("put");
+    let listed = s3.list("e2e-smoke", "out").await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].key, "out/a/part-0-0.json");
+    let data = s3
+        .read("e2e-smoke", "out/a/part-0-0.json")
+        .await
+        .expect("get");
+    assert_eq!(&data[..], b"{\"x\":1}\n");
+    let secret = env
+        .kubectl_ok(
+            &[
+                "get",
+                "-n",
+                &ns,
+                "secret",
+                "s3-credentials",
+                "-o",
+                "jsonpath={.data.AWS_ENDPOINT_URL}",
+            ],
+            None,
+        )
+        .expect("secret");
+    assert!(!secret.is_empty());
+}
+
+/// Runs last (tests run in name order with one thread): prints the peak memory of the plane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zz_resource_report() {
+    let env = env().await;
+    let mut total_peak = 0;
+    for (name, pid) in env.pids() {
+        let (rss, peak) = streamjob_e2e::cluster::rss_kib(pid).expect("process alive");
+        if name != "minio" && name != "process-kubelet" {
+            total_peak += peak;
+        }
+        eprintln!(
+            "{name:<24} pid {pid:>7}  rss {:>5} MiB  peak {:>5} MiB",
+            rss / 1024,
+            peak / 1024
+        );
+    }
+    eprintln!(
+        "control plane (etcd+apiserver+controller-manager+scheduler) sum of peaks: {} MiB; ready in {:?}; environment in {:?}",
+        total_peak / 1024,
+        env.plane.start_duration,
+        env.start_duration
+    );
+}
