@@ -938,16 +938,16 @@ impl Ctx<'_> {
 
     fn observe_active(&mut self) {
         let Some(active) = self.active() else { return };
-        if let Some(js) = self.obs.job(&active) {
-            if let Some(ck) = &js.latest_checkpoint {
-                let info = CheckpointInfo {
-                    id: ck.id.unwrap_or(0),
-                    path: Some(ck.path.clone()),
-                    time: ck.completed_at.clone(),
-                };
-                if self.st.last_checkpoint.as_ref() != Some(&info) {
-                    self.st.last_checkpoint = Some(info);
-                }
+        if let Some(js) = self.obs.job(&active)
+            && let Some(ck) = &js.latest_checkpoint
+        {
+            let info = CheckpointInfo {
+                id: ck.id.unwrap_or(0),
+                path: Some(ck.path.clone()),
+                time: ck.completed_at.clone(),
+            };
+            if self.st.last_checkpoint.as_ref() != Some(&info) {
+                self.st.last_checkpoint = Some(info);
             }
         }
     }
@@ -1722,10 +1722,10 @@ impl Ctx<'_> {
                 );
             }
             _ => {
-                if s.kind == Shadow {
-                    if let Some(n) = self.standby_name() {
-                        self.delete_pod(&n);
-                    }
+                if s.kind == Shadow
+                    && let Some(n) = self.standby_name()
+                {
+                    self.delete_pod(&n);
                 }
                 self.abort(s.kind, why);
             }
@@ -1788,13 +1788,13 @@ impl Ctx<'_> {
             return;
         }
         // In place, rollback, suspend: the old pods go first (their state is in the WAL).
-        if let Some(a) = active.as_deref() {
-            if let Some(p) = self.obs.pod(a) {
-                if !p.terminating {
-                    self.delete_pod(a);
-                }
-                return;
+        if let Some(a) = active.as_deref()
+            && let Some(p) = self.obs.pod(a)
+        {
+            if !p.terminating {
+                self.delete_pod(a);
             }
+            return;
         }
         // Also wait for any other runtime pod of this job (a shadow's leftovers) to be gone.
         let others: Vec<String> = self
@@ -2185,15 +2185,11 @@ impl Ctx<'_> {
             return;
         };
         let mut protected: BTreeSet<String> = BTreeSet::new();
-        if let Some(d) = &self.st.deployment {
-            if let Some(p) = &d.path {
-                protected.insert(p.clone());
-            }
+        if let Some(p) = self.st.deployment.as_ref().and_then(|d| d.path.clone()) {
+            protected.insert(p);
         }
-        if let Some(u) = &self.st.upgrade {
-            if let Some(p) = &u.savepoint {
-                protected.insert(p.clone());
-            }
+        if let Some(p) = self.st.upgrade.as_ref().and_then(|u| u.savepoint.clone()) {
+            protected.insert(p);
         }
         if let Some(l) = &self.st.last_savepoint {
             protected.insert(l.path.clone());
@@ -2243,15 +2239,14 @@ impl Ctx<'_> {
         if let Some(s) = stage {
             if s.kind == Shadow
                 && matches!(s.step, StartingStandby | Savepointing | Stopped | Restoring)
+                && let Some(n) = self.standby_name()
             {
-                if let Some(n) = self.standby_name() {
-                    keep_pods.insert(n);
-                }
+                keep_pods.insert(n);
             }
-            if s.step == Planning {
-                if let Some(n) = self.plan_name() {
-                    keep_pods.insert(n);
-                }
+            if s.step == Planning
+                && let Some(n) = self.plan_name()
+            {
+                keep_pods.insert(n);
             }
         }
         for a in &self.actions {
@@ -2318,8 +2313,10 @@ impl Ctx<'_> {
     fn finish(mut self) -> Decision {
         self.retention();
         self.gc();
-        if self.degraded.is_none() {
-            if let Some(a) = self.active() {
+        if self.degraded.is_none()
+            && let Some(a) = self.active()
+        {
+            {
                 let pod = self.obs.pod(&a);
                 if let Some(j) = self
                     .obs

@@ -2217,9 +2217,7 @@ fn events() -> Vec<Event> {
             o.pods.clear();
             o.runtime.clear();
         }),
-        ("timeouts passed", |_, o| {
-            o.now = o.now + chrono::Duration::days(3)
-        }),
+        ("timeouts passed", |_, o| o.now += chrono::Duration::days(3)),
     ]
 }
 

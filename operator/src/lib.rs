@@ -4,11 +4,11 @@
 //! Observe (`controller`) → decide (`decide`, pure) → act (`controller`, `resources`).
 
 pub mod control;
-// pub mod controller;
+pub mod controller;
 pub mod decide;
-// pub mod leader;
-// pub mod metrics;
-// pub mod resources;
+pub mod leader;
+pub mod metrics;
+pub mod resources;
 
 /// Everything that can go wrong in the operator.
 #[derive(Debug, thiserror::Error)]

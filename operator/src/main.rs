@@ -1,1 +1,185 @@
-fn main() {}
+//! `streamjob-operator run`: the StreamJob operator.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use kube::Api;
+use kube::api::ListParams;
+use streamjob_crds::v1alpha1::StreamJob;
+use streamjob_operator::control::HttpControl;
+use streamjob_operator::controller::{self, Context, Settings};
+use streamjob_operator::leader::{self, LeaseConfig};
+use streamjob_operator::metrics::{self, Metrics};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "streamjob-operator",
+    version,
+    about = "Kubernetes operator for StreamJobs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the operator (in a cluster, or outside with KUBECONFIG).
+    Run(RunArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    metrics_addr: SocketAddr,
+    /// StreamJobs reconciled at the same time.
+    #[arg(long, default_value_t = 4)]
+    concurrency: u16,
+    /// Namespaces to watch (repeat); none: all namespaces.
+    #[arg(long = "namespace")]
+    namespaces: Vec<String>,
+    /// Elect a leader through a Lease (more than one replica).
+    #[arg(long)]
+    leader_election: bool,
+    /// Namespace of the Lease (default: POD_NAMESPACE, else `default`).
+    #[arg(long)]
+    leader_election_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(long, default_value = "streamjob-operator")]
+    lease_name: String,
+    /// How long a Lease holds without renewal, e.g. 15s.
+    #[arg(long, default_value = "15s")]
+    lease_duration: String,
+    /// Port of the runtime pods' control API.
+    #[arg(long, env = "STREAMJOB_RUNTIME_CONTROL_PORT", default_value_t = 8081)]
+    runtime_control_port: u16,
+    /// Timeout of one control API call, e.g. 5s.
+    #[arg(long, default_value = "5s")]
+    control_timeout: String,
+}
+
+fn init_logging() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = std::env::var("STREAMJOB_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    init_logging();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => run(args).await,
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let lease_duration =
+        streamjob_crds::units::parse_duration("--lease-duration", &args.lease_duration)?;
+    let control_timeout =
+        streamjob_crds::units::parse_duration("--control-timeout", &args.control_timeout)?;
+    let identity = std::env::var("POD_NAME")
+        .unwrap_or_else(|_| format!("streamjob-operator-{}", std::process::id()));
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot configure a Kubernetes client (in-cluster or KUBECONFIG)")?;
+    let metrics = Metrics::default();
+
+    // Probes and metrics first, so the pod is live while it waits for the lease.
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(metrics::serve(
+        args.metrics_addr,
+        metrics.clone(),
+        async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        },
+    ));
+    tracing::info!(addr = %args.metrics_addr, "serving /metrics, /healthz, /readyz");
+
+    // Ready once the StreamJob API answers (CRD installed, RBAC in place).
+    let probe: Api<StreamJob> = match args.namespaces.first() {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match probe.list(&ListParams::default().limit(1)).await {
+            Ok(_) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list StreamJobs yet (is the CRD installed?)");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+    metrics.set_ready(true);
+
+    let mut leading = None;
+    if args.leader_election {
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into());
+        let mut rx = leader::spawn(
+            client.clone(),
+            LeaseConfig {
+                namespace,
+                name: args.lease_name.clone(),
+                identity: identity.clone(),
+                duration: lease_duration,
+            },
+        );
+        tracing::info!(%identity, "waiting to become leader");
+        rx.wait_for(|l| *l)
+            .await
+            .context("leader election stopped")?;
+        leading = Some(rx);
+    }
+    metrics.set_leader(true);
+
+    let settings = Settings {
+        control_port: args.runtime_control_port,
+        concurrency: args.concurrency,
+        namespaces: args.namespaces.clone(),
+        instance: identity,
+        control_timeout,
+    };
+    let control = HttpControl::new(control_timeout)?;
+    let ctx = Arc::new(Context::new(client, control, metrics.clone(), settings));
+    tracing::info!(namespaces = ?args.namespaces, concurrency = args.concurrency, "starting controller");
+
+    let result = match leading {
+        Some(mut rx) => {
+            tokio::select! {
+                () = controller::run(ctx) => Ok(()),
+                lost = rx.wait_for(|l| !*l) => {
+                    drop(lost);
+                    Err(anyhow::anyhow!("lost the leader lease; exiting so a fresh replica takes over"))
+                }
+            }
+        }
+        None => {
+            controller::run(ctx).await;
+            Ok(())
+        }
+    };
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    tracing::info!("stopped");
+    result
+}
