@@ -430,6 +430,15 @@ async fn apply<C: ControlApi>(
                 Err(e) => {
                     // Not taken: forget it; the next decision asks again or gives up.
                     tracing::warn!(%pod, error = %e, "cannot trigger savepoint");
+                    if status
+                        .pending_savepoint
+                        .as_ref()
+                        .is_some_and(|p| p.reason == "trigger")
+                    {
+                        // The nonce was not served: try again on the next reconcile.
+                        status.last_handled_nonce =
+                            job.status.as_ref().and_then(|s| s.last_handled_nonce);
+                    }
                     status.pending_savepoint = None;
                     status.message = Some(format!("cannot trigger a savepoint on {pod}: {e}"));
                     publish(

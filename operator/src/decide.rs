@@ -710,6 +710,8 @@ fn dur(field: &str, value: &str, fallback: Duration) -> Duration {
 }
 
 const FAST: Duration = Duration::from_secs(2);
+/// How long a savepoint request recorded without an id may be in flight before it is re-sent.
+const UNSENT_GRACE: Duration = Duration::from_secs(30);
 const SLOW: Duration = Duration::from_secs(30);
 
 /// Identity of the StreamJob.
@@ -956,6 +958,27 @@ impl Ctx<'_> {
         let Some(p) = self.st.pending_savepoint.clone() else {
             return SpPoll::NoPending;
         };
+        // Recorded but never sent (the operator stopped between writing the status and the
+        // request): the job still runs normally after a grace period, so ask again.
+        let age = parse_time(Some(&p.started_at))
+            .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
+            .unwrap_or_default();
+        if p.request_id.is_empty()
+            && age > UNSENT_GRACE
+            && self
+                .active()
+                .and_then(|a| self.obs.job(&a))
+                .is_some_and(|j| {
+                    j.state == RunState::Running
+                        && j.last_savepoint
+                            .as_ref()
+                            .and_then(|s| parse_time(s.completed_at.as_deref()))
+                            .is_none_or(|t| Some(t) < parse_time(Some(&p.started_at)))
+                })
+        {
+            self.st.pending_savepoint = None;
+            return SpPoll::NoPending;
+        }
         let result = match &self.obs.savepoint {
             Some(SavepointState::Completed { path }) => Some(Ok(path.clone())),
             Some(SavepointState::Failed { error }) => Some(Err(error.clone())),

@@ -1121,6 +1121,30 @@ fn cases() -> Vec<Case> {
         .outcome(Outcome::Aborted),
     );
 
+    let mut unsent = pending(sp.clone(), "upgrade", true);
+    unsent.pending_savepoint.as_mut().unwrap().request_id = String::new();
+    v.push(
+        Case::new(
+            "savepointing: request recorded but never sent is re-sent",
+            img2(),
+            unsent.clone(),
+            world(200),
+        )
+        .stage("InPlace/Savepointing")
+        .acts(&["TriggerSavepoint:stop"])
+        .conds(&["Upgrading", "Ready"]),
+    );
+    v.push(
+        Case::new(
+            "savepointing: unsent request within grace waits",
+            img2(),
+            unsent,
+            world(110),
+        )
+        .stage("InPlace/Savepointing")
+        .conds(&["Upgrading", "Ready"]),
+    );
+
     // ---- Stopped (in place) ----
     let stopped = with_upgrade(
         running(),
