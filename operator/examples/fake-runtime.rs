@@ -27,6 +27,7 @@ struct S {
     restored_from: Option<(String, String)>,
     checkpoint: u64,
     checkpoint_path: Option<String>,
+    checkpoint_at: String,
     savepoints: Vec<(String, Value)>,
     last_savepoint: Option<Value>,
     ck_dir: String,
@@ -53,10 +54,9 @@ async fn status(State(s): State<Shared>, h: HeaderMap) -> impl IntoResponse {
         );
     }
     let g = s.lock().unwrap();
-    let ck = g
-        .checkpoint_path
-        .as_ref()
-        .map(|p| json!({"id": g.checkpoint, "path": p, "completedAt": now(), "durationMs": 5}));
+    let ck = g.checkpoint_path.as_ref().map(
+        |p| json!({"id": g.checkpoint, "path": p, "completedAt": g.checkpoint_at, "durationMs": 5}),
+    );
     (
         StatusCode::OK,
         Json(json!({
@@ -121,7 +121,6 @@ async fn trigger(
             };
             if !standby {
                 let msg = json!({ "savepoint": path }).to_string();
-                let _ = std::fs::write("/dev/termination-log", &msg);
                 println!("{msg}");
                 // Keep answering a little so the operator can read the result, then exit 0.
                 tokio::spawn(async {

@@ -95,6 +95,8 @@ pub async fn run<C: ControlApi>(ctx: Arc<Context<C>>) {
         let config = ControllerConfig::default()
             .concurrency(ctx.settings.concurrency.max(1))
             .debounce(Duration::from_millis(500));
+        // The status is written only when it changes, so our own writes cause at most one more
+        // (idempotent) reconcile.
         Controller::new(jobs, watcher::Config::default().any_semantic())
             .owns(
                 pods,

@@ -288,12 +288,13 @@ impl PodObs {
 
     /// Restarts this often (or a back-off reason) mean the version does not run.
     pub fn crash_looping(&self) -> bool {
+        let reason = self.waiting_reason.as_deref();
         self.restarts >= CRASH_LOOP_RESTARTS
+            || (reason == Some("CrashLoopBackOff") && self.restarts >= 1)
             || matches!(
-                self.waiting_reason.as_deref(),
+                reason,
                 Some(
-                    "CrashLoopBackOff"
-                        | "ImagePullBackOff"
+                    "ImagePullBackOff"
                         | "ErrImagePull"
                         | "InvalidImageName"
                         | "CreateContainerConfigError"
@@ -2507,6 +2508,16 @@ impl Ctx<'_> {
             },
         };
         set_condition(conds, "Ready", ready, &reason, &msg, generation, now);
+        if self.st.message.is_none()
+            && let Some(s) = stage.filter(|s| s.step.is_terminal() && s.step != Suspended)
+        {
+            self.st.message = self
+                .st
+                .upgrade
+                .as_ref()
+                .and_then(|u| u.message.as_ref())
+                .map(|m| format!("{s}: {m}"));
+        }
         if self.st.message.is_none() {
             self.st.message = self
                 .degraded
