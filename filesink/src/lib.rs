@@ -1,1 +1,66 @@
-//! placeholder
+//! # streamjob-filesink: the exactly-once file sink
+//!
+//! Flink's StreamingFileSink rules (buckets, part files in-progress → pending → finished, rolling
+//! policies, row and bulk formats, commit on checkpoint completion), made exactly-once on object
+//! stores. Engine-agnostic: the runtime wraps one [`FileSink`] per sink subtask in its operator.
+//!
+//! ## Contract for the runtime
+//!
+//! ```text
+//! let store = store::open_store(&spec.path, job.storage.as_ref())?;     // once per process is fine
+//! let mut sink = FileSink::new(&spec, store, subtask, parallelism, schema,
+//!                              FileSinkOptions { event_time_column, ..Default::default() })?;
+//! // fresh start: initialize(vec![], 0)
+//! // restore:     let all = <every old subtask's SinkSubtaskState of this uid>;
+//! //              let floor = max_next_counter(&all);
+//! //              let mine = redistribute(all, parallelism)[subtask];
+//! sink.initialize(mine, floor).await?;          // commits restored pending files, resumes parts
+//! loop {
+//!     batch      => sink.write(&batch, now_ms, current_watermark).await?,
+//!     timer      => sink.on_processing_time(now_ms).await?,  // every bucket_check_interval() or more often
+//!     watermark  => sink.on_watermark(wm).await?,            // optional: _SUCCESS markers
+//!     barrier(n) => state = sink.snapshot(n).await?,          // serialise with serde; error = decline checkpoint
+//!     complete(n)=> if let Err(e) = sink.notify_checkpoint_complete(n).await { log; keep going }
+//!     end of a bounded input => sink.end_of_input().await?, then one more checkpoint (snapshot+notify)
+//! }
+//! ```
+//!
+//! - Every state passed to `initialize` must come from the *latest completed* checkpoint, and each
+//!   old subtask's state must be handed to exactly one new subtask ([`redistribute`] does that).
+//!   `counter_floor` must be the max over *all* old subtasks ([`max_next_counter`]), otherwise a
+//!   part name could repeat after a rescale.
+//! - Errors from `write`, `snapshot`, `on_processing_time`, `on_watermark`, `end_of_input` and
+//!   `initialize` mean the subtask must fail and the job restore from the latest completed
+//!   checkpoint (no data is lost: the input is replayed from that checkpoint's position).
+//!   `notify_checkpoint_complete` errors are not fatal: uncommitted files stay pending, appear in
+//!   later snapshots and are committed by the next notification or by a restore. A store outage
+//!   thus stalls checkpoints (snapshots fail) and delays visibility, never loses or duplicates.
+//! - Times are epoch milliseconds. Checkpoint ids must increase.
+//! - Records reach finished files only through `notify_checkpoint_complete` (or a restore); readers
+//!   never see in-progress or pending data under a finished name: on S3 an in-progress part is an
+//!   uncompleted multipart upload at the final key; on a local disk it is the hidden file
+//!   `.{name}.inprogress.{uuid}` renamed on commit.
+//! - Part names: `{partPrefix}-{subtask}-{counter}{partSuffix}` (suffix defaults to the format's
+//!   extension: `.json`, `.csv.gz`, `.parquet`, ...), counters strictly increasing per subtask.
+//! - Row formats persist an in-progress part at a checkpoint (compressed ones end their gzip
+//!   member / zstd frame, so files are multi-member streams); Parquet rolls at every checkpoint.
+//! - Recommit is idempotent: a commit whose store call fails counts as done exactly when the
+//!   final object exists with the expected size (HEAD), never judged by error code.
+//!
+//! Not implemented yet: compaction (a warning is logged), HDFS, aborting orphaned multipart
+//! uploads of crashed attempts (see the crate README/report).
+
+pub mod bucket;
+pub mod error;
+pub mod format;
+pub mod part;
+pub mod rolling;
+pub mod sink;
+pub mod store;
+
+pub use error::{Error, Result};
+pub use sink::{
+    FileSink, FileSinkOptions, InProgressFile, PendingFile, SinkMetrics, SinkSubtaskState,
+    max_next_counter, redistribute,
+};
+pub use store::{Store, open_store};

@@ -1,0 +1,91 @@
+//! The crate's single error type.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in the file sink and its stores.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The sink's manifest section is inconsistent or unsupported.
+    #[error("invalid file sink configuration: {0}")]
+    Config(String),
+
+    /// A manifest duration or size could not be parsed.
+    #[error(transparent)]
+    Units(#[from] streamjob_crds::Error),
+
+    /// An object store request failed (after the store's own retries).
+    #[error("store {op} {path}: {source}")]
+    Store {
+        op: &'static str,
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// A local file system operation failed.
+    #[error("file system {op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The store does not offer this operation (for example multipart uploads on a local disk).
+    #[error("store {store} does not support {op}")]
+    Unsupported { store: String, op: &'static str },
+
+    /// No connection slot became free within the configured timeout.
+    #[error("timed out after {timeout:?} waiting for a free {kind} connection")]
+    ConnectionTimeout { timeout: Duration, kind: &'static str },
+
+    /// Encoding records failed.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+
+    /// Writing Parquet failed.
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+
+    /// Data that a completed checkpoint covers is gone: the store lost it or the state is stale.
+    #[error("data loss: {0}")]
+    DataLoss(String),
+
+    /// The sink was driven against its contract or handed foreign state.
+    #[error("sink state: {0}")]
+    State(String),
+}
+
+/// Result with the crate's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether retrying the same request may succeed (5xx, timeouts, connection errors).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Store { source, .. } => !matches!(
+                source,
+                object_store::Error::NotFound { .. }
+                    | object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. }
+                    | object_store::Error::NotSupported { .. }
+                    | object_store::Error::NotImplemented { .. }
+                    | object_store::Error::InvalidPath { .. }
+                    | object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. }
+                    | object_store::Error::UnknownConfigurationKey { .. }
+            ),
+            Error::Io { source, .. } => matches!(
+                source.kind(),
+                std::io::ErrorKind::Interrupted
+                    | std::io::ErrorKind::TimedOut
+                    | std::io::ErrorKind::WouldBlock
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::ConnectionRefused
+            ),
+            Error::ConnectionTimeout { .. } => true,
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,677 @@
+//! The file sink of one subtask. See the crate documentation for the contract.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::UInt32Array;
+use arrow::compute::take_record_batch;
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use streamjob_crds::units::parse_duration;
+use streamjob_crds::v1alpha1::{BucketTime, FileSinkSpec, OutputFileConfig};
+use tracing::Instrument;
+
+use crate::bucket::BucketAssigner;
+use crate::error::{Error, Result};
+use crate::format::{Encoder, FormatKind};
+use crate::part::{Committable, PartStream, Recoverable, commit};
+use crate::rolling::RollingPolicy;
+use crate::store::{MIN_PART_SIZE, Store};
+
+/// Version of [`SinkSubtaskState`]'s layout.
+pub const STATE_VERSION: u32 = 1;
+
+/// Name of the marker written into a closed bucket.
+pub const SUCCESS_MARKER: &str = "_SUCCESS";
+
+/// Checkpointed state of one sink subtask (serde: JSON or any other format).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SinkSubtaskState {
+    /// [`STATE_VERSION`] when written.
+    pub version: u32,
+    /// Subtask that wrote it.
+    pub subtask_index: u32,
+    /// Checkpoint it belongs to.
+    pub checkpoint_id: u64,
+    /// Next part counter of that subtask (all its part files have lower counters).
+    pub next_counter: u64,
+    /// In-progress part files to resume.
+    pub in_progress: Vec<InProgressFile>,
+    /// Pending part files to commit once a checkpoint at or after theirs completes.
+    pub pending: Vec<PendingFile>,
+    /// Buckets that received data and have no `_SUCCESS` marker yet (bucket → earliest time seen).
+    #[serde(default)]
+    pub open_buckets: BTreeMap<String, i64>,
+}
+
+/// An in-progress part file in a checkpoint.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct InProgressFile {
+    /// Bucket id (`""`: the base path).
+    pub bucket: String,
+    /// Key of the finished file, relative to the store root.
+    pub final_key: String,
+    /// Part counter.
+    pub counter: u64,
+    /// Processing time the part was opened (epoch ms).
+    pub created_at: i64,
+    /// Processing time of the last write (epoch ms).
+    pub last_write_at: i64,
+    /// How to continue it.
+    pub recoverable: Recoverable,
+}
+
+/// A pending part file in a checkpoint.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingFile {
+    /// Checkpoint whose completion commits it.
+    pub checkpoint_id: u64,
+    /// Bucket id.
+    pub bucket: String,
+    /// Key of the finished file.
+    pub final_key: String,
+    /// How to commit it.
+    pub committable: Committable,
+}
+
+/// The largest `next_counter` among states: pass it to every subtask's [`FileSink::initialize`]
+/// (Flink keeps the max part counter in union state for the same reason).
+pub fn max_next_counter(states: &[SinkSubtaskState]) -> u64 {
+    states.iter().map(|s| s.next_counter).max().unwrap_or(0)
+}
+
+/// Distributes restored states over `parallelism` new subtasks: state of old subtask `i` goes to
+/// new subtask `i % parallelism`. Every state must be handed to exactly one subtask.
+pub fn redistribute(
+    states: Vec<SinkSubtaskState>,
+    parallelism: u32,
+) -> Vec<Vec<SinkSubtaskState>> {
+    let p = parallelism.max(1);
+    let mut out = vec![Vec::new(); p as usize];
+    for s in states {
+        out[(s.subtask_index % p) as usize].push(s);
+    }
+    out
+}
+
+/// Counters for metrics and status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SinkMetrics {
+    /// Records written.
+    pub records: u64,
+    /// Encoded bytes handed to the store.
+    pub bytes: u64,
+    /// Part files rolled (in progress → pending).
+    pub files_rolled: u64,
+    /// Part files committed (pending → finished).
+    pub files_committed: u64,
+    /// Commits that failed (retried at the next notification or restore).
+    pub commit_failures: u64,
+    /// Pending files waiting for a commit.
+    pub pending_files: u64,
+}
+
+/// Options that do not come from the manifest.
+#[derive(Clone, Debug, Default)]
+pub struct FileSinkOptions {
+    /// Column holding event time (needed for event-time date-time buckets and markers).
+    pub event_time_column: Option<String>,
+    /// Multipart part size (at least and by default 5 MiB).
+    pub part_size: Option<usize>,
+}
+
+struct OpenPart {
+    final_key: String,
+    counter: u64,
+    stream: PartStream,
+    encoder: Box<dyn Encoder>,
+    created_at: i64,
+    last_write_at: i64,
+}
+
+impl OpenPart {
+    fn size(&self) -> u64 {
+        self.stream.len() + self.encoder.buffered()
+    }
+}
+
+struct SuccessConfig {
+    lateness_ms: i64,
+}
+
+/// The exactly-once file sink of one subtask.
+pub struct FileSink {
+    store: Arc<dyn Store>,
+    schema: SchemaRef,
+    format: FormatKind,
+    assigner: BucketAssigner,
+    policy: RollingPolicy,
+    prefix: String,
+    suffix: String,
+    subtask_index: u32,
+    parallelism: u32,
+    part_size: usize,
+    next_counter: u64,
+    parts: BTreeMap<String, OpenPart>,
+    pending_current: Vec<PendingFile>,
+    pending: BTreeMap<u64, Vec<PendingFile>>,
+    next_check: i64,
+    initialized: bool,
+    success: Option<SuccessConfig>,
+    open_buckets: BTreeMap<String, i64>,
+    closed_buckets: BTreeSet<String>,
+    metrics: SinkMetrics,
+}
+
+impl std::fmt::Debug for FileSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSink")
+            .field("store", &self.store.describe())
+            .field("subtask_index", &self.subtask_index)
+            .field("next_counter", &self.next_counter)
+            .field("open_parts", &self.parts.len())
+            .field("metrics", &self.metrics)
+            .finish()
+    }
+}
+
+fn join_key(bucket: &str, name: &str) -> String {
+    if bucket.is_empty() {
+        name.to_string()
+    } else {
+        format!("{bucket}/{name}")
+    }
+}
+
+impl FileSink {
+    /// A sink subtask writing `spec` into `store` (rooted at `spec.path`, see
+    /// [`crate::store::open_store`]). Call [`FileSink::initialize`] before anything else.
+    pub fn new(
+        spec: &FileSinkSpec,
+        store: Arc<dyn Store>,
+        subtask_index: u32,
+        parallelism: u32,
+        schema: SchemaRef,
+        options: FileSinkOptions,
+    ) -> Result<Self> {
+        if subtask_index >= parallelism.max(1) {
+            return Err(Error::Config(format!(
+                "subtask {subtask_index} out of parallelism {parallelism}"
+            )));
+        }
+        let format = FormatKind::from_spec(&spec.format)?;
+        let assigner = BucketAssigner::from_spec(
+            spec.bucket_assigner.as_ref(),
+            options.event_time_column.as_deref(),
+        )?;
+        let policy = RollingPolicy::from_spec(spec.rolling_policy.as_ref(), format.is_bulk())?;
+        let ofc = spec.output_file_config.clone().unwrap_or_else(OutputFileConfig::default);
+        let suffix = ofc
+            .part_suffix
+            .clone()
+            .unwrap_or_else(|| format.default_suffix());
+        if ofc.part_prefix.is_empty() || ofc.part_prefix.contains('/') || suffix.contains('/') {
+            return Err(Error::Config(
+                "outputFileConfig: prefix must be non-empty and neither may contain '/'".into(),
+            ));
+        }
+        let success = match &spec.success_marker {
+            None => None,
+            Some(m) => {
+                if !matches!(assigner, BucketAssigner::DateTime { .. }) {
+                    return Err(Error::Config(
+                        "successMarker needs the dateTime bucket assigner".into(),
+                    ));
+                }
+                let lateness = m
+                    .allowed_lateness
+                    .as_deref()
+                    .map(|l| parse_duration("successMarker.allowedLateness", l))
+                    .transpose()?
+                    .unwrap_or(Duration::ZERO);
+                Some(SuccessConfig {
+                    lateness_ms: lateness.as_millis() as i64,
+                })
+            }
+        };
+        if spec.compaction.is_some() {
+            tracing::warn!("fileSink.compaction is not implemented yet; files are not merged");
+        }
+        Ok(Self {
+            store,
+            schema,
+            format,
+            assigner,
+            policy,
+            prefix: ofc.part_prefix,
+            suffix,
+            subtask_index,
+            parallelism,
+            part_size: options.part_size.unwrap_or(MIN_PART_SIZE).max(MIN_PART_SIZE),
+            next_counter: 0,
+            parts: BTreeMap::new(),
+            pending_current: Vec::new(),
+            pending: BTreeMap::new(),
+            next_check: i64::MIN,
+            initialized: false,
+            success,
+            open_buckets: BTreeMap::new(),
+            closed_buckets: BTreeSet::new(),
+            metrics: SinkMetrics::default(),
+        })
+    }
+
+    /// How often the runtime should call [`FileSink::on_processing_time`].
+    pub fn bucket_check_interval(&self) -> Duration {
+        self.policy.bucket_check_interval
+    }
+
+    /// Counters for metrics and status.
+    pub fn metrics(&self) -> SinkMetrics {
+        let mut m = self.metrics.clone();
+        m.pending_files = (self.pending_current.len()
+            + self.pending.values().map(Vec::len).sum::<usize>()) as u64;
+        m
+    }
+
+    /// The store the sink writes to.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Starts the subtask. `restored`: the states handed to this subtask (empty on a fresh start;
+    /// several after a rescale, see [`redistribute`]). `counter_floor`: [`max_next_counter`] over
+    /// the states of *all* old subtasks, so that part names never repeat.
+    ///
+    /// Commits every pending file of the restored states (the checkpoint they belong to
+    /// completed), resumes one in-progress file per bucket and commits any other one right away
+    /// (its data is covered by the completed checkpoint). Fails when the store is unreachable;
+    /// the runtime retries the restore.
+    pub async fn initialize(
+        &mut self,
+        restored: Vec<SinkSubtaskState>,
+        counter_floor: u64,
+    ) -> Result<()> {
+        let span = tracing::info_span!("filesink_initialize", subtask = self.subtask_index, states = restored.len());
+        async move {
+            if self.initialized {
+                return Err(Error::State("initialize called twice".into()));
+            }
+            self.next_counter = counter_floor.max(max_next_counter(&restored));
+            let store = self.store.clone();
+            for st in &restored {
+                if st.version > STATE_VERSION {
+                    return Err(Error::State(format!(
+                        "state version {} is newer than this sink ({STATE_VERSION})",
+                        st.version
+                    )));
+                }
+                for p in &st.pending {
+                    commit(store.as_ref(), &p.final_key, &p.committable).await?;
+                    self.metrics.files_committed += 1;
+                }
+                for (b, t) in &st.open_buckets {
+                    let e = self.open_buckets.entry(b.clone()).or_insert(*t);
+                    *e = (*e).min(*t);
+                }
+            }
+            for st in restored {
+                for f in st.in_progress {
+                    let Some(stream) = PartStream::resume(
+                        store.as_ref(),
+                        &f.final_key,
+                        &f.recoverable,
+                        self.part_size,
+                    )
+                    .await?
+                    else {
+                        continue;
+                    };
+                    if self.parts.contains_key(&f.bucket) || self.format.is_bulk() {
+                        let c = stream.close(store.as_ref(), &f.final_key).await?;
+                        commit(store.as_ref(), &f.final_key, &c).await?;
+                        self.metrics.files_committed += 1;
+                        continue;
+                    }
+                    let encoder = self
+                        .format
+                        .encoder(&self.schema, !f.recoverable.is_empty())?;
+                    self.parts.insert(
+                        f.bucket.clone(),
+                        OpenPart {
+                            final_key: f.final_key,
+                            counter: f.counter,
+                            stream,
+                            encoder,
+                            created_at: f.created_at,
+                            last_write_at: f.last_write_at,
+                        },
+                    );
+                }
+            }
+            self.initialized = true;
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn check_init(&self) -> Result<()> {
+        if self.initialized {
+            Ok(())
+        } else {
+            Err(Error::State("initialize was not called".into()))
+        }
+    }
+
+    /// Writes a batch. `processing_time`: now (epoch ms), used for processing-time buckets and
+    /// rolling; `watermark`: the current watermark, if any (closes buckets for `_SUCCESS`).
+    pub async fn write(
+        &mut self,
+        batch: &RecordBatch,
+        processing_time: i64,
+        watermark: Option<i64>,
+    ) -> Result<()> {
+        self.check_init()?;
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let groups = self.assigner.assign(batch, processing_time)?;
+        let single = groups.len() == 1;
+        for (bucket, rows, min_time) in groups {
+            let sub = if single {
+                batch.clone()
+            } else {
+                take_record_batch(batch, &UInt32Array::from(rows))?
+            };
+            if self.success.is_some() {
+                let t = min_time.unwrap_or(processing_time);
+                let e = self.open_buckets.entry(bucket.clone()).or_insert(t);
+                *e = (*e).min(t);
+                self.closed_buckets.remove(&bucket);
+            }
+            self.write_bucket(&bucket, &sub, processing_time).await?;
+        }
+        if let Some(wm) = watermark {
+            self.on_watermark(wm).await?;
+        }
+        Ok(())
+    }
+
+    async fn write_bucket(&mut self, bucket: &str, batch: &RecordBatch, now: i64) -> Result<()> {
+        if let Some(p) = self.parts.get(bucket)
+            && self.policy.should_roll_on_event(p.size())
+        {
+            self.roll(bucket).await?;
+        }
+        if !self.parts.contains_key(bucket) {
+            let counter = self.next_counter;
+            self.next_counter += 1;
+            let name = format!(
+                "{}-{}-{}{}",
+                self.prefix, self.subtask_index, counter, self.suffix
+            );
+            let final_key = join_key(bucket, &name);
+            let stream = PartStream::open(self.store.as_ref(), &final_key, self.part_size).await?;
+            let encoder = self.format.encoder(&self.schema, false)?;
+            self.parts.insert(
+                bucket.to_string(),
+                OpenPart {
+                    final_key,
+                    counter,
+                    stream,
+                    encoder,
+                    created_at: now,
+                    last_write_at: now,
+                },
+            );
+        }
+        let store = self.store.clone();
+        let p = self
+            .parts
+            .get_mut(bucket)
+            .ok_or_else(|| Error::State("part vanished".into()))?;
+        let mut out = Vec::new();
+        p.encoder.write(batch, &mut out)?;
+        self.metrics.bytes += out.len() as u64;
+        self.metrics.records += batch.num_rows() as u64;
+        p.stream.write(store.as_ref(), &p.final_key, out).await?;
+        p.last_write_at = now;
+        if self.policy.should_roll_on_event(p.size()) {
+            self.roll(bucket).await?;
+        }
+        Ok(())
+    }
+
+    /// In progress → pending for the part of `bucket`.
+    async fn roll(&mut self, bucket: &str) -> Result<()> {
+        let Some(p) = self.parts.remove(bucket) else {
+            return Ok(());
+        };
+        let store = self.store.clone();
+        let OpenPart {
+            final_key,
+            mut stream,
+            encoder,
+            ..
+        } = p;
+        let mut out = Vec::new();
+        encoder.finish(&mut out)?;
+        self.metrics.bytes += out.len() as u64;
+        stream.write(store.as_ref(), &final_key, out).await?;
+        let committable = stream.close(store.as_ref(), &final_key).await?;
+        tracing::debug!(%final_key, size = committable.size(), "part rolled");
+        self.metrics.files_rolled += 1;
+        self.pending_current.push(PendingFile {
+            checkpoint_id: 0,
+            bucket: bucket.to_string(),
+            final_key,
+            committable,
+        });
+        Ok(())
+    }
+
+    /// Time-based rolling; cheap to call often: it only checks every bucket check interval.
+    pub async fn on_processing_time(&mut self, now: i64) -> Result<()> {
+        self.check_init()?;
+        if now < self.next_check {
+            return Ok(());
+        }
+        self.next_check = now.saturating_add(self.policy.bucket_check_interval.as_millis() as i64);
+        let due: Vec<String> = self
+            .parts
+            .iter()
+            .filter(|(_, p)| {
+                self.policy
+                    .should_roll_on_processing_time(p.created_at, p.last_write_at, now)
+            })
+            .map(|(b, _)| b.clone())
+            .collect();
+        for b in due {
+            self.roll(&b).await?;
+        }
+        if matches!(
+            self.assigner,
+            BucketAssigner::DateTime {
+                time: BucketTime::Processing,
+                ..
+            }
+        ) {
+            self.close_buckets_before(now).await?;
+        }
+        Ok(())
+    }
+
+    /// Watermark progress: with `_SUCCESS` markers on event-time buckets, buckets whose time range
+    /// is past `watermark - allowedLateness` are closed (their part is rolled; the marker is written
+    /// once everything of the bucket is committed).
+    pub async fn on_watermark(&mut self, watermark: i64) -> Result<()> {
+        self.check_init()?;
+        if self.assigner.is_event_time() {
+            self.close_buckets_before(watermark).await?;
+        }
+        Ok(())
+    }
+
+    async fn close_buckets_before(&mut self, time: i64) -> Result<()> {
+        let Some(cfg) = &self.success else {
+            return Ok(());
+        };
+        let horizon = time.saturating_sub(cfg.lateness_ms);
+        let Some(current) = self.assigner.bucket_of_time(horizon) else {
+            return Ok(());
+        };
+        let closing: Vec<String> = self
+            .open_buckets
+            .iter()
+            .filter(|(b, first)| **b != current && horizon > **first)
+            .filter(|(b, _)| !self.closed_buckets.contains(*b))
+            .map(|(b, _)| b.clone())
+            .collect();
+        for b in closing {
+            self.roll(&b).await?;
+            self.closed_buckets.insert(b);
+        }
+        Ok(())
+    }
+
+    /// Snapshot for checkpoint `checkpoint_id`: rolls parts due on checkpoint (always for bulk
+    /// formats), persists the others, and returns the state to store. An error fails the
+    /// checkpoint (and, like any error but from [`FileSink::notify_checkpoint_complete`], the
+    /// subtask: restore it from the last completed checkpoint).
+    pub async fn snapshot(&mut self, checkpoint_id: u64) -> Result<SinkSubtaskState> {
+        self.check_init()?;
+        let span = tracing::info_span!("filesink_snapshot", subtask = self.subtask_index, checkpoint_id);
+        async move {
+            let buckets: Vec<String> = self.parts.keys().cloned().collect();
+            for b in &buckets {
+                let due = self
+                    .parts
+                    .get(b)
+                    .is_some_and(|p| self.policy.should_roll_on_checkpoint(p.size()));
+                if due {
+                    self.roll(b).await?;
+                }
+            }
+            let mut in_progress = Vec::new();
+            for (bucket, p) in self.parts.iter_mut() {
+                let mut out = Vec::new();
+                p.encoder.end_frame(&mut out)?;
+                self.metrics.bytes += out.len() as u64;
+                p.stream.write(self.store.as_ref(), &p.final_key, out).await?;
+                let recoverable = p.stream.persist().await?;
+                in_progress.push(InProgressFile {
+                    bucket: bucket.clone(),
+                    final_key: p.final_key.clone(),
+                    counter: p.counter,
+                    created_at: p.created_at,
+                    last_write_at: p.last_write_at,
+                    recoverable,
+                });
+            }
+            if !self.pending_current.is_empty() {
+                let mut cur = std::mem::take(&mut self.pending_current);
+                for f in &mut cur {
+                    f.checkpoint_id = checkpoint_id;
+                }
+                self.pending.entry(checkpoint_id).or_default().extend(cur);
+            }
+            let pending: Vec<PendingFile> = self.pending.values().flatten().cloned().collect();
+            tracing::debug!(in_progress = in_progress.len(), pending = pending.len(), "sink snapshot");
+            Ok(SinkSubtaskState {
+                version: STATE_VERSION,
+                subtask_index: self.subtask_index,
+                checkpoint_id,
+                next_counter: self.next_counter,
+                in_progress,
+                pending,
+                open_buckets: self.open_buckets.clone(),
+            })
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Checkpoint `checkpoint_id` completed: commits every pending file of it and of earlier
+    /// checkpoints. On error the uncommitted files stay pending (and in later snapshots) and are
+    /// retried on the next notification or restore: the runtime may log the error and go on.
+    pub async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.check_init()?;
+        let span = tracing::info_span!("filesink_commit", subtask = self.subtask_index, checkpoint_id);
+        async move {
+            let ids: Vec<u64> = self.pending.range(..=checkpoint_id).map(|(k, _)| *k).collect();
+            for id in ids {
+                let files = self.pending.remove(&id).unwrap_or_default();
+                let mut iter = files.into_iter();
+                while let Some(f) = iter.next() {
+                    if let Err(e) = commit(self.store.as_ref(), &f.final_key, &f.committable).await
+                    {
+                        self.metrics.commit_failures += 1;
+                        let mut rest = vec![f];
+                        rest.extend(iter);
+                        self.pending.insert(id, rest);
+                        tracing::warn!(error = %e, "commit failed; files stay pending");
+                        return Err(e);
+                    }
+                    self.metrics.files_committed += 1;
+                }
+            }
+            self.write_success_markers().await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn write_success_markers(&mut self) -> Result<()> {
+        if self.success.is_none() {
+            return Ok(());
+        }
+        let busy: BTreeSet<&str> = self
+            .parts
+            .keys()
+            .map(String::as_str)
+            .chain(self.pending_current.iter().map(|p| p.bucket.as_str()))
+            .chain(self.pending.values().flatten().map(|p| p.bucket.as_str()))
+            .collect();
+        let done: Vec<String> = self
+            .closed_buckets
+            .iter()
+            .filter(|b| !busy.contains(b.as_str()))
+            .cloned()
+            .collect();
+        for b in done {
+            self.store
+                .put(&join_key(&b, SUCCESS_MARKER), Bytes::new())
+                .await?;
+            self.closed_buckets.remove(&b);
+            self.open_buckets.remove(&b);
+        }
+        Ok(())
+    }
+
+    /// Bounded input ended: rolls every in-progress part so the final checkpoint commits it
+    /// (unlike Flink, nothing stays in progress). Take one more checkpoint afterwards.
+    pub async fn end_of_input(&mut self) -> Result<()> {
+        self.check_init()?;
+        let buckets: Vec<String> = self.parts.keys().cloned().collect();
+        for b in buckets {
+            self.roll(&b).await?;
+        }
+        if self.success.is_some() {
+            let all: Vec<String> = self.open_buckets.keys().cloned().collect();
+            self.closed_buckets.extend(all);
+        }
+        Ok(())
+    }
+
+    /// Subtask index and parallelism this sink was built for.
+    pub fn subtask(&self) -> (u32, u32) {
+        (self.subtask_index, self.parallelism)
+    }
+}

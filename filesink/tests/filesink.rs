@@ -1,0 +1,927 @@
+//! Crash/restore matrix of the file sink against the local file system and MinIO.
+//!
+//! A job is simulated: a replayable source (batch index = position), `p` sink subtasks, aligned
+//! checkpoints every few batches (complete when every subtask snapshotted), notifications, and
+//! crashes injected by a store wrapper that "kills the process" after a budget of mutating store
+//! calls (optionally after the call took effect, as when the response is lost), or right after a
+//! completed snapshot before notification, or after a snapshot that never completes. Each attempt
+//! restores from the last *completed* checkpoint (rescaling between attempts) and replays the
+//! input from that checkpoint's position. At the end the multiset of record ids in finished files
+//! must equal the input exactly once.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use async_trait::async_trait;
+use bytes::Bytes;
+use streamjob_crds::v1alpha1::{
+    BucketAssignerSpec, BucketTime, CsvFormat, DateTimeBucketAssigner, DefaultRollingPolicy,
+    FieldBucketAssigner, FileSinkSpec, ParquetCompression, ParquetFormat, RollingPolicySpec,
+    RowCompression, RowFormat, SinkFormat, SuccessMarkerSpec,
+};
+use streamjob_filesink::store::{LocalStore, ObjectInfo, TempFile};
+use streamjob_filesink::{
+    Error, FileSink, FileSinkOptions, SinkSubtaskState, Store, max_next_counter, redistribute,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Fault injection
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct Faults {
+    budget: AtomicI64,
+    /// When the budget runs out: apply the call, then fail (response lost).
+    apply_then_fail: AtomicBool,
+}
+
+impl Faults {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            budget: AtomicI64::new(i64::MAX),
+            apply_then_fail: AtomicBool::new(false),
+        })
+    }
+    fn arm(&self, budget: i64, apply_then_fail: bool) {
+        self.apply_then_fail.store(apply_then_fail, Ordering::SeqCst);
+        self.budget.store(budget, Ordering::SeqCst);
+    }
+    fn disarm(&self) {
+        self.budget.store(i64::MAX, Ordering::SeqCst);
+    }
+    /// Ok(true): go ahead; Ok(false): apply then fail; Err: fail without applying.
+    fn take(&self) -> Result<bool, Error> {
+        let left = self.budget.fetch_sub(1, Ordering::SeqCst);
+        if left > 1 {
+            Ok(true)
+        } else if left == 1 && self.apply_then_fail.load(Ordering::SeqCst) {
+            Ok(false)
+        } else {
+            Err(crash())
+        }
+    }
+}
+
+fn crash() -> Error {
+    Error::State("injected crash".into())
+}
+
+#[derive(Debug)]
+struct FaultStore {
+    inner: Arc<dyn Store>,
+    faults: Arc<Faults>,
+}
+
+#[derive(Debug)]
+struct FaultTemp {
+    inner: Box<dyn TempFile>,
+    faults: Arc<Faults>,
+}
+
+#[async_trait]
+impl TempFile for FaultTemp {
+    async fn write(&mut self, data: &[u8]) -> streamjob_filesink::Result<()> {
+        if self.faults.take()? {
+            self.inner.write(data).await
+        } else {
+            // a torn write: half of it reaches the disk
+            self.inner.write(&data[..data.len() / 2]).await?;
+            Err(crash())
+        }
+    }
+    async fn sync(&mut self) -> streamjob_filesink::Result<()> {
+        if self.faults.take()? {
+            self.inner.sync().await
+        } else {
+            self.inner.sync().await?;
+            Err(crash())
+        }
+    }
+}
+
+macro_rules! guarded {
+    ($self:ident, $call:expr) => {{
+        if $self.faults.take()? {
+            $call
+        } else {
+            $call?;
+            Err(crash())
+        }
+    }};
+}
+
+#[async_trait]
+impl Store for FaultStore {
+    fn describe(&self) -> String {
+        format!("faulty {}", self.inner.describe())
+    }
+    fn supports_multipart(&self) -> bool {
+        self.inner.supports_multipart()
+    }
+    async fn put(&self, key: &str, data: Bytes) -> streamjob_filesink::Result<()> {
+        guarded!(self, self.inner.put(key, data.clone()).await)
+    }
+    async fn get(&self, key: &str) -> streamjob_filesink::Result<Bytes> {
+        self.inner.get(key).await
+    }
+    async fn head(&self, key: &str) -> streamjob_filesink::Result<Option<u64>> {
+        self.inner.head(key).await
+    }
+    async fn list(&self, prefix: &str) -> streamjob_filesink::Result<Vec<ObjectInfo>> {
+        self.inner.list(prefix).await
+    }
+    async fn delete(&self, key: &str) -> streamjob_filesink::Result<()> {
+        guarded!(self, self.inner.delete(key).await)
+    }
+    async fn open_temp(
+        &self,
+        key: &str,
+        resume_len: Option<u64>,
+    ) -> streamjob_filesink::Result<Box<dyn TempFile>> {
+        self.faults.take()?;
+        let inner = self.inner.open_temp(key, resume_len).await?;
+        Ok(Box::new(FaultTemp {
+            inner,
+            faults: self.faults.clone(),
+        }))
+    }
+    async fn rename(&self, from: &str, to: &str) -> streamjob_filesink::Result<()> {
+        guarded!(self, self.inner.rename(from, to).await)
+    }
+    async fn create_multipart(&self, key: &str) -> streamjob_filesink::Result<String> {
+        guarded!(self, self.inner.create_multipart(key).await)
+    }
+    async fn put_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_idx: usize,
+        data: Bytes,
+    ) -> streamjob_filesink::Result<String> {
+        guarded!(
+            self,
+            self.inner
+                .put_part(key, upload_id, part_idx, data.clone())
+                .await
+        )
+    }
+    async fn complete_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+        etags: &[String],
+    ) -> streamjob_filesink::Result<()> {
+        guarded!(
+            self,
+            self.inner.complete_multipart(key, upload_id, etags).await
+        )
+    }
+    async fn abort_multipart(&self, key: &str, upload_id: &str) -> streamjob_filesink::Result<()> {
+        guarded!(self, self.inner.abort_multipart(key, upload_id).await)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Input and job simulation
+// ---------------------------------------------------------------------------------------------
+
+const HOUR: i64 = 3_600_000;
+const T0: i64 = 1_709_300_000_000; // 2024-03-01T13:33:20Z
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("ts", DataType::Int64, false),
+        Field::new("key", DataType::Utf8, false),
+        Field::new("payload", DataType::Utf8, false),
+    ]))
+}
+
+/// Deterministic pseudo-random hex, so that compression cannot shrink it much.
+fn payload(id: i64, len: usize) -> String {
+    let mut x = (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    let mut s = String::with_capacity(len + 8);
+    s.push_str("a,\"b\" ");
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+-";
+    while s.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        for k in 0..10 {
+            s.push(ALPHABET[((x >> (k * 6)) & 63) as usize] as char);
+        }
+    }
+    s.truncate(len.max(6));
+    s
+}
+
+struct Input {
+    batches: Vec<RecordBatch>,
+    total: usize,
+}
+
+fn input(batches: usize, rows: usize, payload_len: usize) -> Input {
+    let schema = schema();
+    let mut out = Vec::new();
+    for b in 0..batches {
+        let ids: Vec<i64> = (0..rows).map(|r| (b * rows + r) as i64).collect();
+        // event time spans ~4 hours over the input, a little out of order
+        let ts: Vec<i64> = ids
+            .iter()
+            .map(|i| T0 + (i * 4 * HOUR) / (batches * rows) as i64 - (i % 7) * 60_000)
+            .collect();
+        let keys: Vec<String> = ids.iter().map(|i| format!("k{}", i % 3)).collect();
+        let payloads: Vec<String> = ids.iter().map(|i| payload(*i, payload_len)).collect();
+        out.push(
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from(ids)),
+                    Arc::new(Int64Array::from(ts)),
+                    Arc::new(StringArray::from(keys)),
+                    Arc::new(StringArray::from(payloads)),
+                ],
+            )
+            .unwrap(),
+        );
+    }
+    Input {
+        batches: out,
+        total: batches * rows,
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Crash {
+    /// Kill after this many mutating store calls; `true`: the last call takes effect first.
+    Budget(i64, bool),
+    /// Kill after the n-th checkpoint of the attempt completed, before notifying.
+    BeforeNotify(u32),
+    /// Kill after the n-th checkpoint's snapshots, before it completes.
+    Uncompleted(u32),
+    /// Run to the end.
+    Never,
+}
+
+struct Completed {
+    checkpoint_id: u64,
+    position: usize,
+    states: Vec<SinkSubtaskState>,
+}
+
+struct Job {
+    spec: FileSinkSpec,
+    store: Arc<dyn Store>,
+    faults: Arc<Faults>,
+    checkpoint_every: usize,
+    completed: Option<Completed>,
+    next_checkpoint: u64,
+    options: FileSinkOptions,
+}
+
+impl Job {
+    fn new(spec: FileSinkSpec, inner: Arc<dyn Store>, checkpoint_every: usize) -> Self {
+        let faults = Faults::new();
+        Self {
+            spec,
+            store: Arc::new(FaultStore {
+                inner,
+                faults: faults.clone(),
+            }),
+            faults,
+            checkpoint_every,
+            completed: None,
+            next_checkpoint: 1,
+            options: FileSinkOptions {
+                event_time_column: Some("ts".into()),
+                part_size: None,
+            },
+        }
+    }
+
+    /// One attempt from the last completed checkpoint. Ok(true): the input ended and everything
+    /// was committed; Ok(false): crashed.
+    async fn attempt(&mut self, input: &Input, parallelism: u32, crash: Crash) -> bool {
+        self.faults.disarm();
+        match crash {
+            Crash::Budget(n, apply) => self.faults.arm(n, apply),
+            _ => self.faults.disarm(),
+        }
+        let r = self.attempt_inner(input, parallelism, crash).await;
+        self.faults.disarm();
+        match r {
+            Ok(done) => done,
+            Err(e) => {
+                assert!(
+                    e.to_string().contains("injected crash"),
+                    "unexpected error (not an injected crash): {e}"
+                );
+                false
+            }
+        }
+    }
+
+    async fn attempt_inner(
+        &mut self,
+        input: &Input,
+        parallelism: u32,
+        crash: Crash,
+    ) -> Result<bool, Error> {
+        let (states, position) = match &self.completed {
+            Some(c) => (c.states.clone(), c.position),
+            None => (Vec::new(), 0),
+        };
+        let floor = max_next_counter(&states);
+        let mut assigned = redistribute(states, parallelism);
+        let mut sinks = Vec::new();
+        for i in 0..parallelism {
+            let mut s = FileSink::new(
+                &self.spec,
+                self.store.clone(),
+                i,
+                parallelism,
+                schema(),
+                self.options.clone(),
+            )?;
+            s.initialize(std::mem::take(&mut assigned[i as usize]), floor)
+                .await?;
+            sinks.push(s);
+        }
+        let mut checkpoints_in_attempt = 0u32;
+        let mut now = T0 + position as i64 * 1000;
+        let n = input.batches.len();
+        for idx in position..=n {
+            let at_end = idx == n;
+            if !at_end {
+                let sub = idx % parallelism as usize;
+                sinks[sub].write(&input.batches[idx], now, None).await?;
+                now += 1000;
+                for s in &mut sinks {
+                    s.on_processing_time(now).await?;
+                }
+            } else {
+                for s in &mut sinks {
+                    s.end_of_input().await?;
+                }
+            }
+            let next = idx + 1;
+            if at_end || next % self.checkpoint_every == 0 {
+                let id = self.next_checkpoint;
+                self.next_checkpoint += 1;
+                let mut states = Vec::new();
+                for s in &mut sinks {
+                    let st = s.snapshot(id).await?;
+                    // states travel serialised, as in the runtime
+                    let json = serde_json::to_vec(&st).unwrap();
+                    states.push(serde_json::from_slice(&json).unwrap());
+                }
+                checkpoints_in_attempt += 1;
+                if let Crash::Uncompleted(k) = crash
+                    && k == checkpoints_in_attempt
+                {
+                    return Err(crash_err());
+                }
+                self.completed = Some(Completed {
+                    checkpoint_id: id,
+                    position: if at_end { n } else { next },
+                    states,
+                });
+                if let Crash::BeforeNotify(k) = crash
+                    && k == checkpoints_in_attempt
+                {
+                    return Err(crash_err());
+                }
+                for s in &mut sinks {
+                    s.notify_checkpoint_complete(id).await?;
+                }
+            }
+        }
+        for s in &sinks {
+            assert_eq!(s.metrics().pending_files, 0);
+        }
+        Ok(true)
+    }
+
+    /// Runs attempts with the given crashes, then one without, and returns the number of attempts.
+    async fn run(&mut self, input: &Input, plan: &[(u32, Crash)]) -> usize {
+        let mut attempts = 0;
+        for (p, c) in plan {
+            attempts += 1;
+            if self.attempt(input, *p, *c).await {
+                return attempts;
+            }
+        }
+        attempts += 1;
+        assert!(self.attempt(input, 2, Crash::Never).await, "final attempt failed");
+        let c = self.completed.as_ref().unwrap();
+        assert_eq!(c.position, input.batches.len());
+        assert!(c.checkpoint_id > 0);
+        attempts
+    }
+}
+
+fn crash_err() -> Error {
+    crash()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading back
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fmt {
+    Json,
+    CsvGzip,
+    Parquet,
+}
+
+fn spec(path: &str, fmt: Fmt, max_part: &str) -> FileSinkSpec {
+    let format = match fmt {
+        Fmt::Json => SinkFormat {
+            json_lines: Some(RowFormat {
+                compression: RowCompression::None,
+            }),
+            ..Default::default()
+        },
+        Fmt::CsvGzip => SinkFormat {
+            csv: Some(CsvFormat {
+                compression: RowCompression::Gzip,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Fmt::Parquet => SinkFormat {
+            parquet: Some(ParquetFormat {
+                compression: ParquetCompression::Zstd,
+                row_group_size: None,
+            }),
+            ..Default::default()
+        },
+    };
+    FileSinkSpec {
+        path: path.into(),
+        format,
+        bucket_assigner: Some(BucketAssignerSpec {
+            date_time: Some(DateTimeBucketAssigner {
+                format: "%Y-%m-%d--%H".into(),
+                timezone: "UTC".into(),
+                time: BucketTime::Event,
+            }),
+            ..Default::default()
+        }),
+        rolling_policy: Some(RollingPolicySpec {
+            default: Some(DefaultRollingPolicy {
+                max_part_size: max_part.into(),
+                rollover_interval: "30s".into(),
+                inactivity_interval: "7s".into(),
+                bucket_check_interval: "2s".into(),
+            }),
+            on_checkpoint: None,
+        }),
+        output_file_config: None,
+        compaction: None,
+        success_marker: None,
+    }
+}
+
+fn is_finished(key: &str) -> bool {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    !name.starts_with('.') && !name.starts_with('_')
+}
+
+fn decode_ids(fmt: Fmt, data: Bytes) -> Vec<i64> {
+    let batches: Vec<RecordBatch> = match fmt {
+        Fmt::Json => arrow::json::ReaderBuilder::new(schema())
+            .build(std::io::Cursor::new(data))
+            .unwrap()
+            .map(|b| b.unwrap())
+            .collect(),
+        Fmt::CsvGzip => {
+            let mut text = Vec::new();
+            flate2::read::MultiGzDecoder::new(&data[..])
+                .read_to_end(&mut text)
+                .unwrap();
+            arrow::csv::ReaderBuilder::new(schema())
+                .with_header(true)
+                .build(std::io::Cursor::new(text))
+                .unwrap()
+                .map(|b| b.unwrap())
+                .collect()
+        }
+        Fmt::Parquet => {
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data)
+                .unwrap()
+                .build()
+                .unwrap()
+                .map(|b| b.unwrap())
+                .collect()
+        }
+    };
+    let mut ids = Vec::new();
+    for b in batches {
+        let id = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+        let pl = b.column_by_name("payload").unwrap().as_string::<i32>();
+        for i in 0..b.num_rows() {
+            assert!(!id.is_null(i));
+            assert_eq!(pl.value(i), payload(id.value(i), pl.value(i).len()));
+            ids.push(id.value(i));
+        }
+    }
+    ids
+}
+
+/// Asserts exactly-once: every input id in exactly one finished file. Returns (files, bytes).
+async fn verify(store: &dyn Store, fmt: Fmt, input: &Input) -> (usize, u64) {
+    let objects = store.list("").await.unwrap();
+    let mut count: BTreeMap<i64, u32> = BTreeMap::new();
+    let mut files = 0;
+    let mut bytes = 0;
+    for ObjectInfo { key, size } in objects.into_iter().filter(|o| is_finished(&o.key)) {
+        let name = key.rsplit('/').next().unwrap();
+        assert!(name.starts_with("part-"), "unexpected file {key}");
+        files += 1;
+        bytes += size;
+        let data = store.get(&key).await.unwrap();
+        for id in decode_ids(fmt, data) {
+            *count.entry(id).or_default() += 1;
+        }
+    }
+    let dup: Vec<_> = count.iter().filter(|(_, c)| **c > 1).take(5).collect();
+    assert!(dup.is_empty(), "duplicated records: {dup:?}");
+    let missing: Vec<i64> = (0..input.total as i64)
+        .filter(|i| !count.contains_key(i))
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "missing records (first few): {missing:?}");
+    assert_eq!(count.len(), input.total);
+    (files, bytes)
+}
+
+/// A crash plan touching many points: budgets small and large, torn and applied-then-lost
+/// calls, kills before notify and of uncompleted checkpoints, and rescaling 2 → 3 → 1 → 2.
+fn plan(budgets: &[i64]) -> Vec<(u32, Crash)> {
+    let mut plan = Vec::new();
+    let ps = [2u32, 3, 1, 2];
+    for (i, b) in budgets.iter().enumerate() {
+        plan.push((ps[i % ps.len()], Crash::Budget(*b, i % 2 == 1)));
+        if i == 1 {
+            plan.push((2, Crash::BeforeNotify(2)));
+        }
+        if i == 3 {
+            plan.push((3, Crash::Uncompleted(1)));
+            plan.push((1, Crash::BeforeNotify(1)));
+        }
+    }
+    plan
+}
+
+// ---------------------------------------------------------------------------------------------
+// Local file system
+// ---------------------------------------------------------------------------------------------
+
+async fn local_matrix(fmt: Fmt) {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn Store> = Arc::new(LocalStore::new(dir.path()));
+    let input = input(60, 50, 40);
+    let mut job = Job::new(spec(dir.path().to_str().unwrap(), fmt, "6KiB"), inner.clone(), 4);
+    let budgets = [1, 2, 5, 9, 17, 33, 64, 120, 3, 40, 77, 250];
+    let attempts = job.run(&input, &plan(&budgets)).await;
+    assert!(attempts > 10, "only {attempts} attempts: the crash plan did not bite");
+    let (files, _) = verify(inner.as_ref(), fmt, &input).await;
+    assert!(files > 8, "expected rolling to produce many files, got {files}");
+}
+
+#[tokio::test]
+async fn local_exactly_once_json() {
+    local_matrix(Fmt::Json).await;
+}
+
+#[tokio::test]
+async fn local_exactly_once_csv_gzip() {
+    local_matrix(Fmt::CsvGzip).await;
+}
+
+#[tokio::test]
+async fn local_exactly_once_parquet() {
+    local_matrix(Fmt::Parquet).await;
+}
+
+#[tokio::test]
+async fn local_no_crash_names_counters_and_visibility() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(LocalStore::new(dir.path()));
+    let mut s = spec(dir.path().to_str().unwrap(), Fmt::Json, "1MiB");
+    s.bucket_assigner = Some(BucketAssignerSpec {
+        field: Some(FieldBucketAssigner {
+            fields: vec!["key".into()],
+        }),
+        ..Default::default()
+    });
+    let input = input(4, 30, 10);
+    let mut sink = FileSink::new(&s, store.clone(), 1, 2, schema(), FileSinkOptions::default()).unwrap();
+    sink.initialize(vec![], 7).await.unwrap();
+    sink.write(&input.batches[0], T0, None).await.unwrap();
+    // nothing visible before a checkpoint completes
+    assert!(store.list("").await.unwrap().iter().all(|o| !is_finished(&o.key)));
+    let st1 = sink.snapshot(1).await.unwrap();
+    assert_eq!(st1.in_progress.len(), 3);
+    assert!(st1.pending.is_empty());
+    sink.write(&input.batches[1], T0 + 1000, None).await.unwrap();
+    sink.end_of_input().await.unwrap();
+    let st2 = sink.snapshot(2).await.unwrap();
+    assert!(st2.in_progress.is_empty());
+    assert_eq!(st2.pending.len(), 3);
+    assert!(store.list("").await.unwrap().iter().all(|o| !is_finished(&o.key)));
+    sink.notify_checkpoint_complete(2).await.unwrap();
+    let mut finished: Vec<String> = store
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .filter(|k| is_finished(k))
+        .collect();
+    finished.sort();
+    assert_eq!(
+        finished,
+        vec!["key=k0/part-1-7.json", "key=k1/part-1-8.json", "key=k2/part-1-9.json"]
+    );
+    // recommit of the same state after a restore: no duplicates, no error
+    let mut again = FileSink::new(&s, store.clone(), 0, 1, schema(), FileSinkOptions::default()).unwrap();
+    again.initialize(vec![st2.clone()], max_next_counter(&[st2.clone()])).await.unwrap();
+    assert_eq!(again.metrics().files_committed, 3);
+    again.write(&input.batches[2], T0, None).await.unwrap();
+    let st3 = again.snapshot(3).await.unwrap();
+    // counters continue above the restored maximum, with the new subtask index
+    assert_eq!(st3.in_progress[0].counter, 10);
+    assert!(st3.in_progress[0].final_key.contains("part-0-10.json"));
+    let all: Vec<i64> = {
+        let mut v = Vec::new();
+        for k in &finished {
+            v.extend(decode_ids(Fmt::Json, store.get(k).await.unwrap()));
+        }
+        v.sort();
+        v
+    };
+    assert_eq!(all, (0..60).collect::<Vec<i64>>());
+}
+
+#[tokio::test]
+async fn success_marker_after_watermark_passes_bucket() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(LocalStore::new(dir.path()));
+    let mut s = spec(dir.path().to_str().unwrap(), Fmt::Json, "1MiB");
+    s.success_marker = Some(SuccessMarkerSpec {
+        allowed_lateness: Some("10m".into()),
+    });
+    let input = input(8, 25, 10); // ~4 hours of event time
+    let opts = FileSinkOptions {
+        event_time_column: Some("ts".into()),
+        part_size: None,
+    };
+    let mut sink = FileSink::new(&s, store.clone(), 0, 1, schema(), opts).unwrap();
+    sink.initialize(vec![], 0).await.unwrap();
+    for b in &input.batches[..4] {
+        sink.write(b, T0, None).await.unwrap();
+    }
+    // watermark at 15:05 with 10m lateness: the 13h bucket is closed, the 14h one is not
+    sink.on_watermark(T0 + HOUR + 2 * HOUR / 3 - 60_000).await.unwrap();
+    sink.snapshot(1).await.unwrap();
+    sink.notify_checkpoint_complete(1).await.unwrap();
+    // watermark 15:12:20 minus 10m lateness: the 13h and 14h buckets are closed, 15h is not
+    assert_eq!(store.head("2024-03-01--13/_SUCCESS").await.unwrap(), Some(0));
+    assert_eq!(store.head("2024-03-01--14/_SUCCESS").await.unwrap(), Some(0));
+    assert_eq!(store.head("2024-03-01--15/_SUCCESS").await.unwrap(), None);
+    assert!(store.list("2024-03-01--15").await.unwrap().iter().any(|o| o.key.contains(".inprogress.")));
+    // the closed bucket's files are all finished
+    let in13: Vec<_> = store.list("2024-03-01--13").await.unwrap();
+    assert!(in13.iter().all(|o| !o.key.contains(".inprogress.")), "{in13:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// MinIO
+// ---------------------------------------------------------------------------------------------
+
+fn minio_binary() -> Option<std::path::PathBuf> {
+    if let Ok(p) = std::env::var("STREAMJOB_MINIO_BIN") {
+        return Some(p.into());
+    }
+    let cache = std::env::var("STREAMJOB_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/streamjob")
+        });
+    let env = std::fs::read_to_string(cache.join("e2e-env.sh")).ok()?;
+    env.lines().find_map(|l| {
+        let v = l.strip_prefix("export STREAMJOB_E2E_MINIO=")?;
+        let p = std::path::PathBuf::from(v.trim_matches(|c| c == '\'' || c == '"'));
+        p.exists().then_some(p)
+    })
+}
+
+struct Minio {
+    child: tokio::process::Child,
+    endpoint: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Minio {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+const MINIO_USER: &str = "streamjob";
+const MINIO_PASSWORD: &str = "streamjob-secret";
+
+async fn start_minio() -> Option<Minio> {
+    if std::env::var("STREAMJOB_SKIP_MINIO").as_deref() == Ok("1") {
+        eprintln!("STREAMJOB_SKIP_MINIO=1: skipping the MinIO tests");
+        return None;
+    }
+    let bin = minio_binary().unwrap_or_else(|| {
+        panic!(
+            "MinIO binary not found (env STREAMJOB_MINIO_BIN or STREAMJOB_E2E_MINIO in \
+             $STREAMJOB_CACHE/e2e-env.sh): run `bash e2e/scripts/install.sh` \
+             (or set STREAMJOB_SKIP_MINIO=1 to skip explicitly)"
+        )
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = tokio::process::Command::new(&bin)
+        .arg("server")
+        .arg(dir.path().join("data"))
+        .arg("--address")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--console-address")
+        .arg("127.0.0.1:0")
+        .env("MINIO_ROOT_USER", MINIO_USER)
+        .env("MINIO_ROOT_PASSWORD", MINIO_PASSWORD)
+        .env("MINIO_BROWSER", "off")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Ok(r) = client
+            .get(format!("{endpoint}/minio/health/live"))
+            .send()
+            .await
+            && r.status().is_success()
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "MinIO did not become live");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Some(Minio {
+        child,
+        endpoint,
+        _dir: dir,
+    })
+}
+
+fn minio_store(m: &Minio, bucket: &str, prefix: &str) -> Arc<dyn Store> {
+    let client = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(&m.endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_bucket_name(bucket)
+        .with_access_key_id(MINIO_USER)
+        .with_secret_access_key(MINIO_PASSWORD)
+        .build()
+        .unwrap();
+    Arc::new(streamjob_filesink::store::S3Store::new(client, bucket, prefix))
+}
+
+fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut k = if key.len() > 64 {
+        Sha256::digest(key).to_vec()
+    } else {
+        key.to_vec()
+    };
+    k.resize(64, 0);
+    let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
+    let opad: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
+    let inner = Sha256::new().chain_update(&ipad).chain_update(msg).finalize();
+    Sha256::new()
+        .chain_update(&opad)
+        .chain_update(inner)
+        .finalize()
+        .to_vec()
+}
+
+/// Creates a bucket (object_store cannot): a SigV4-signed `PUT /bucket`.
+async fn create_bucket(m: &Minio, bucket: &str) {
+    use sha2::{Digest, Sha256};
+    let host = m.endpoint.trim_start_matches("http://").to_string();
+    let now = chrono::Utc::now();
+    let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
+    let date = now.format("%Y%m%d").to_string();
+    let empty = hex::encode(Sha256::digest(b""));
+    let canonical = format!(
+        "PUT\n/{bucket}\n\nhost:{host}\nx-amz-content-sha256:{empty}\nx-amz-date:{amz_date}\n\n\
+         host;x-amz-content-sha256;x-amz-date\n{empty}"
+    );
+    let scope = format!("{date}/us-east-1/s3/aws4_request");
+    let to_sign = format!(
+        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+        hex::encode(Sha256::digest(canonical.as_bytes()))
+    );
+    let mut key = hmac_sha256(format!("AWS4{MINIO_PASSWORD}").as_bytes(), date.as_bytes());
+    for part in ["us-east-1", "s3", "aws4_request"] {
+        key = hmac_sha256(&key, part.as_bytes());
+    }
+    let sig = hex::encode(hmac_sha256(&key, to_sign.as_bytes()));
+    let auth = format!(
+        "AWS4-HMAC-SHA256 Credential={MINIO_USER}/{scope}, \
+         SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={sig}"
+    );
+    let r = reqwest::Client::new()
+        .put(format!("{}/{bucket}", m.endpoint))
+        .header("x-amz-date", amz_date)
+        .header("x-amz-content-sha256", empty)
+        .header("authorization", auth)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    assert!(status.is_success(), "create bucket: {status} {}", r.text().await.unwrap_or_default());
+}
+
+async fn minio_matrix(m: &Minio, fmt: Fmt, bucket: &str) {
+    let inner = minio_store(m, bucket, &format!("out-{fmt:?}"));
+    // 40 MB raw in one daily bucket, a checkpoint every ~10 MB: files of several 5 MiB parts
+    // plus tails < 5 MiB carried in checkpoint state, rolled at 12 MiB (row formats)
+    let input = input(40, 250, 4000);
+    let mut s = spec("s3://ignored", fmt, "12MiB");
+    if let Some(dt) = s.bucket_assigner.as_mut().and_then(|b| b.date_time.as_mut()) {
+        dt.format = "%Y-%m-%d".into();
+    }
+    let mut job = Job::new(s, inner.clone(), 10);
+    let budgets = [1, 2, 3, 5, 8, 4, 13, 6];
+    let attempts = job.run(&input, &plan(&budgets)).await;
+    assert!(attempts > 8, "only {attempts} attempts");
+    let (files, bytes) = verify(inner.as_ref(), fmt, &input).await;
+    let largest = inner.list("").await.unwrap().into_iter().filter(|o| is_finished(&o.key)).map(|o| o.size).max().unwrap();
+    eprintln!("MinIO {fmt:?}: {attempts} attempts, {files} files, {bytes} bytes, largest {largest}");
+    assert!(largest > 5 << 20, "no file above one 5 MiB part: {largest}");
+}
+
+#[tokio::test]
+async fn minio_exactly_once_json_csv_gzip_parquet() {
+    let Some(m) = start_minio().await else { return };
+    // idempotent recommit on a real S3 server: a second completion fails, HEAD+size decides
+    create_bucket(&m, "recommit").await;
+    let store = minio_store(&m, "recommit", "x");
+    let mut part = streamjob_filesink::part::PartStream::open(store.as_ref(), "b/f", 0)
+        .await
+        .unwrap();
+    part.write(store.as_ref(), "b/f", vec![7u8; (5 << 20) + 10])
+        .await
+        .unwrap();
+    part.write(store.as_ref(), "b/f", vec![8u8; 100]).await.unwrap();
+    let rec = part.persist().await.unwrap();
+    assert!(matches!(
+        &rec,
+        streamjob_filesink::part::Recoverable::Multipart { etags, tail, .. }
+            if etags.len() == 1 && tail.len() == 100
+    ));
+    let c = part.close(store.as_ref(), "b/f").await.unwrap();
+    assert_eq!(store.head("b/f").await.unwrap(), None, "pending must be invisible");
+    streamjob_filesink::part::commit(store.as_ref(), "b/f", &c).await.unwrap();
+    assert_eq!(store.head("b/f").await.unwrap(), Some((5 << 20) + 110));
+    assert!(store
+        .complete_multipart("b/f", match &c {
+            streamjob_filesink::part::Committable::Multipart { upload_id, .. } => upload_id,
+            _ => unreachable!(),
+        }, &[])
+        .await
+        .is_err());
+    streamjob_filesink::part::commit(store.as_ref(), "b/f", &c).await.unwrap();
+    // resuming a part that was committed meanwhile is recognised by HEAD
+    assert!(streamjob_filesink::part::PartStream::resume(store.as_ref(), "b/f", &rec, 0)
+        .await
+        .unwrap()
+        .is_none(), "committed meanwhile: nothing to resume");
+
+    for (i, fmt) in [Fmt::Json, Fmt::CsvGzip, Fmt::Parquet].into_iter().enumerate() {
+        let bucket = format!("sink{i}");
+        create_bucket(&m, &bucket).await;
+        minio_matrix(&m, fmt, &bucket).await;
+    }
+}
