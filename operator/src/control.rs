@@ -41,13 +41,24 @@ pub struct RestoredFrom {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Snapshot {
-    #[serde(default)]
+    /// Checkpoint or savepoint id; a number, or a string holding one (other strings: none).
+    #[serde(default, deserialize_with = "lenient_id")]
     pub id: Option<u64>,
     pub path: String,
     #[serde(default)]
     pub completed_at: Option<String>,
     #[serde(default)]
     pub duration_ms: Option<u64>,
+}
+
+fn lenient_id<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<u64>, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Number(n) => n.as_u64(),
+        serde_json::Value::String(s) => s.parse().ok(),
+        _ => None,
+    })
 }
 
 /// `GET /v1/status`.
@@ -307,6 +318,14 @@ mod tests {
         assert_eq!(js.state, RunState::Running);
         assert!(js.has_own_checkpoint());
         let unknown: JobStatus = serde_json::from_str(r#"{"state":"warming"}"#).unwrap();
+        assert_eq!(unknown.state, RunState::Unknown);
+        let lenient: JobStatus = serde_json::from_str(
+            r#"{"state":"running","lastSavepoint":{"id":"4","path":"p","completedAt":""},
+                "latestCheckpoint":{"id":"ck-x","path":"c"},"extra":1}"#,
+        )
+        .unwrap();
+        assert_eq!(lenient.last_savepoint.unwrap().id, Some(4));
+        assert_eq!(lenient.latest_checkpoint.unwrap().id, None);
         assert_eq!(unknown.state, RunState::Unknown);
     }
 

@@ -721,6 +721,7 @@ async fn observe<C: ControlApi>(
         (name, r)
     });
     obs.runtime = futures::future::join_all(calls).await;
+    tracing::debug!(pods = obs.pods.len(), runtime = ?obs.runtime, "observed");
     // The savepoint in flight, asked of the pod it was requested from.
     let status = job.status.clone().unwrap_or_default();
     if let (Some(p), Some(active)) = (
