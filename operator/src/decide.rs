@@ -714,6 +714,7 @@ const FAST: Duration = Duration::from_secs(2);
 /// How long a savepoint request recorded without an id may be in flight before it is re-sent.
 const UNSENT_GRACE: Duration = Duration::from_secs(30);
 const SLOW: Duration = Duration::from_secs(30);
+const IDLE: Duration = Duration::from_secs(300);
 
 /// Identity of the StreamJob.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -2374,6 +2375,13 @@ impl Ctx<'_> {
         }
         if self.failed {
             self.st.phase = Some(Phase::Failed);
+        }
+        // Nothing runs: look again rarely (pod and spec changes trigger reconciles anyway).
+        if in_flight.is_none()
+            && matches!(self.st.phase, Some(Phase::Suspended | Phase::Finished))
+            && self.actions.is_empty()
+        {
+            self.requeue = IDLE;
         }
         let generation = self.obs.generation;
         let now = self.obs.now;

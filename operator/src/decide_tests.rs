@@ -2410,3 +2410,13 @@ fn names_are_valid_kubernetes_names() {
     );
     assert_eq!(savepoint_from_message("nothing"), None);
 }
+
+#[test]
+fn suspended_jobs_are_looked_at_rarely() {
+    let mut susp = with_upgrade(running(), "Suspend/Suspended", &base_spec(), Some("sp"));
+    susp.deployment = None;
+    let d = run(&suspended(base_spec()), &susp, &Observed::new(t(200)));
+    assert_eq!(d.requeue_after, IDLE);
+    let d = run(&base_spec(), &running(), &world(100));
+    assert_eq!(d.requeue_after, SLOW);
+}
