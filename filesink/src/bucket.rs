@@ -16,6 +16,9 @@ use crate::error::{Error, Result};
 /// Hive's directory name for a null partition value.
 pub const HIVE_NULL: &str = "__HIVE_DEFAULT_PARTITION__";
 
+/// Rows of one bucket in a batch: bucket id, row indices, earliest event time (event-time buckets).
+pub type BucketRows = (String, Vec<u32>, Option<i64>);
+
 /// Maps records to bucket ids (relative directories, `""` for the base path itself).
 #[derive(Clone, Debug)]
 pub enum BucketAssigner {
@@ -41,7 +44,11 @@ pub enum BucketAssigner {
 
 /// Parses `UTC`, `Z` or a fixed offset such as `+02:00`, `-0530`, `+02`.
 pub fn parse_timezone(tz: &str) -> Result<FixedOffset> {
-    let bad = || Error::Config(format!("timezone {tz:?}: use UTC or a fixed offset like +02:00"));
+    let bad = || {
+        Error::Config(format!(
+            "timezone {tz:?}: use UTC or a fixed offset like +02:00"
+        ))
+    };
     let t = tz.trim();
     if t.eq_ignore_ascii_case("utc") || t == "Z" || t.eq_ignore_ascii_case("gmt") {
         return FixedOffset::east_opt(0).ok_or_else(bad);
@@ -181,11 +188,7 @@ impl BucketAssigner {
 
     /// Groups the rows of `batch` by bucket: `(bucket id, row indices, min event time)` in order
     /// of first appearance; row order inside a bucket is kept.
-    pub fn assign(
-        &self,
-        batch: &RecordBatch,
-        processing_time: i64,
-    ) -> Result<Vec<(String, Vec<u32>, Option<i64>)>> {
+    pub fn assign(&self, batch: &RecordBatch, processing_time: i64) -> Result<Vec<BucketRows>> {
         let n = batch.num_rows();
         let all = || (0..n as u32).collect::<Vec<u32>>();
         match self {
@@ -211,7 +214,7 @@ impl BucketAssigner {
                     _ => cast(col, &DataType::Timestamp(TimeUnit::Millisecond, None))?,
                 };
                 let ms = ms.as_primitive::<TimestampMillisecondType>();
-                let mut groups: Vec<(String, Vec<u32>, Option<i64>)> = Vec::new();
+                let mut groups: Vec<BucketRows> = Vec::new();
                 let mut index: HashMap<String, usize> = HashMap::new();
                 for i in 0..n {
                     let t = if ms.is_null(i) {
@@ -240,16 +243,16 @@ impl BucketAssigner {
                 let cols = fields
                     .iter()
                     .map(|f| {
-                        batch
-                            .column_by_name(f)
-                            .ok_or_else(|| Error::Config(format!("bucket field {f:?} not in the batch")))
+                        batch.column_by_name(f).ok_or_else(|| {
+                            Error::Config(format!("bucket field {f:?} not in the batch"))
+                        })
                     })
                     .collect::<Result<Vec<_>>>()?;
                 let fmts = cols
                     .iter()
                     .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
                     .collect::<std::result::Result<Vec<_>, _>>()?;
-                let mut groups: Vec<(String, Vec<u32>, Option<i64>)> = Vec::new();
+                let mut groups: Vec<BucketRows> = Vec::new();
                 let mut index: HashMap<String, usize> = HashMap::new();
                 for i in 0..n {
                     let mut id = String::new();
@@ -359,8 +362,14 @@ mod tests {
             ]
         );
         assert_eq!(g[0].2, Some(1_709_335_800_000));
-        assert!(BucketAssigner::from_spec(Some(&dt_spec("%Y", "UTC", BucketTime::Event)), None).is_err());
-        assert!(BucketAssigner::from_spec(Some(&dt_spec("%Q", "UTC", BucketTime::Processing)), None).is_err());
+        assert!(
+            BucketAssigner::from_spec(Some(&dt_spec("%Y", "UTC", BucketTime::Event)), None)
+                .is_err()
+        );
+        assert!(
+            BucketAssigner::from_spec(Some(&dt_spec("%Q", "UTC", BucketTime::Processing)), None)
+                .is_err()
+        );
     }
 
     #[test]
@@ -379,7 +388,12 @@ mod tests {
         let batch = RecordBatch::try_new(
             schema,
             vec![
-                Arc::new(StringArray::from(vec![Some("fr"), Some("a/b"), None, Some("fr")])),
+                Arc::new(StringArray::from(vec![
+                    Some("fr"),
+                    Some("a/b"),
+                    None,
+                    Some("fr"),
+                ])),
                 Arc::new(Int64Array::from(vec![Some(1), Some(2), Some(3), Some(1)])),
             ],
         )

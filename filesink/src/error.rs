@@ -37,7 +37,10 @@ pub enum Error {
 
     /// No connection slot became free within the configured timeout.
     #[error("timed out after {timeout:?} waiting for a free {kind} connection")]
-    ConnectionTimeout { timeout: Duration, kind: &'static str },
+    ConnectionTimeout {
+        timeout: Duration,
+        kind: &'static str,
+    },
 
     /// Encoding records failed.
     #[error("arrow: {0}")]

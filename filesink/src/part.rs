@@ -437,7 +437,10 @@ mod tests {
         s.write(&store, fin, b"LOST".to_vec()).await.unwrap();
         drop(s); // crash: bytes after the checkpoint must disappear
         // in-progress (restored) → resume truncates
-        let mut s = PartStream::resume(&store, fin, &rec, 0).await.unwrap().unwrap();
+        let mut s = PartStream::resume(&store, fin, &rec, 0)
+            .await
+            .unwrap()
+            .unwrap();
         s.write(&store, fin, b"def".to_vec()).await.unwrap();
         // in-progress → pending: still invisible
         let c = s.close(&store, fin).await.unwrap();
@@ -457,7 +460,12 @@ mod tests {
             },
             len: 6,
         };
-        assert!(PartStream::resume(&store, fin, &rec6, 0).await.unwrap().is_none());
+        assert!(
+            PartStream::resume(&store, fin, &rec6, 0)
+                .await
+                .unwrap()
+                .is_none()
+        );
         // a pending file whose data vanished is data loss, not success
         let bogus = Committable::Rename {
             temp_key: "b/.gone".into(),

@@ -64,7 +64,9 @@ impl RollingPolicy {
             ));
         }
         if p.max_part_size == 0 {
-            return Err(Error::Config("rollingPolicy.default.maxPartSize must be positive".into()));
+            return Err(Error::Config(
+                "rollingPolicy.default.maxPartSize must be positive".into(),
+            ));
         }
         Ok(p)
     }

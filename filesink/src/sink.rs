@@ -11,7 +11,7 @@ use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use streamjob_crds::units::parse_duration;
-use streamjob_crds::v1alpha1::{BucketTime, FileSinkSpec, OutputFileConfig};
+use streamjob_crds::v1alpha1::{BucketTime, FileSinkSpec};
 use tracing::Instrument;
 
 use crate::bucket::BucketAssigner;
@@ -88,10 +88,7 @@ pub fn max_next_counter(states: &[SinkSubtaskState]) -> u64 {
 
 /// Distributes restored states over `parallelism` new subtasks: state of old subtask `i` goes to
 /// new subtask `i % parallelism`. Every state must be handed to exactly one subtask.
-pub fn redistribute(
-    states: Vec<SinkSubtaskState>,
-    parallelism: u32,
-) -> Vec<Vec<SinkSubtaskState>> {
+pub fn redistribute(states: Vec<SinkSubtaskState>, parallelism: u32) -> Vec<Vec<SinkSubtaskState>> {
     let p = parallelism.max(1);
     let mut out = vec![Vec::new(); p as usize];
     for s in states {
@@ -211,7 +208,7 @@ impl FileSink {
             options.event_time_column.as_deref(),
         )?;
         let policy = RollingPolicy::from_spec(spec.rolling_policy.as_ref(), format.is_bulk())?;
-        let ofc = spec.output_file_config.clone().unwrap_or_else(OutputFileConfig::default);
+        let ofc = spec.output_file_config.clone().unwrap_or_default();
         let suffix = ofc
             .part_suffix
             .clone()
@@ -253,7 +250,10 @@ impl FileSink {
             suffix,
             subtask_index,
             parallelism,
-            part_size: options.part_size.unwrap_or(MIN_PART_SIZE).max(MIN_PART_SIZE),
+            part_size: options
+                .part_size
+                .unwrap_or(MIN_PART_SIZE)
+                .max(MIN_PART_SIZE),
             next_counter: 0,
             parts: BTreeMap::new(),
             pending_current: Vec::new(),
@@ -298,7 +298,11 @@ impl FileSink {
         restored: Vec<SinkSubtaskState>,
         counter_floor: u64,
     ) -> Result<()> {
-        let span = tracing::info_span!("filesink_initialize", subtask = self.subtask_index, states = restored.len());
+        let span = tracing::info_span!(
+            "filesink_initialize",
+            subtask = self.subtask_index,
+            states = restored.len()
+        );
         async move {
             if self.initialized {
                 return Err(Error::State("initialize called twice".into()));
@@ -547,7 +551,11 @@ impl FileSink {
     /// subtask: restore it from the last completed checkpoint).
     pub async fn snapshot(&mut self, checkpoint_id: u64) -> Result<SinkSubtaskState> {
         self.check_init()?;
-        let span = tracing::info_span!("filesink_snapshot", subtask = self.subtask_index, checkpoint_id);
+        let span = tracing::info_span!(
+            "filesink_snapshot",
+            subtask = self.subtask_index,
+            checkpoint_id
+        );
         async move {
             let buckets: Vec<String> = self.parts.keys().cloned().collect();
             for b in &buckets {
@@ -564,7 +572,9 @@ impl FileSink {
                 let mut out = Vec::new();
                 p.encoder.end_frame(&mut out)?;
                 self.metrics.bytes += out.len() as u64;
-                p.stream.write(self.store.as_ref(), &p.final_key, out).await?;
+                p.stream
+                    .write(self.store.as_ref(), &p.final_key, out)
+                    .await?;
                 let recoverable = p.stream.persist().await?;
                 in_progress.push(InProgressFile {
                     bucket: bucket.clone(),
@@ -583,7 +593,11 @@ impl FileSink {
                 self.pending.entry(checkpoint_id).or_default().extend(cur);
             }
             let pending: Vec<PendingFile> = self.pending.values().flatten().cloned().collect();
-            tracing::debug!(in_progress = in_progress.len(), pending = pending.len(), "sink snapshot");
+            tracing::debug!(
+                in_progress = in_progress.len(),
+                pending = pending.len(),
+                "sink snapshot"
+            );
             Ok(SinkSubtaskState {
                 version: STATE_VERSION,
                 subtask_index: self.subtask_index,
@@ -603,9 +617,17 @@ impl FileSink {
     /// retried on the next notification or restore: the runtime may log the error and go on.
     pub async fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
         self.check_init()?;
-        let span = tracing::info_span!("filesink_commit", subtask = self.subtask_index, checkpoint_id);
+        let span = tracing::info_span!(
+            "filesink_commit",
+            subtask = self.subtask_index,
+            checkpoint_id
+        );
         async move {
-            let ids: Vec<u64> = self.pending.range(..=checkpoint_id).map(|(k, _)| *k).collect();
+            let ids: Vec<u64> = self
+                .pending
+                .range(..=checkpoint_id)
+                .map(|(k, _)| *k)
+                .collect();
             for id in ids {
                 let files = self.pending.remove(&id).unwrap_or_default();
                 let mut iter = files.into_iter();

@@ -27,8 +27,7 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::multipart::MultipartStore;
 use object_store::path::Path as ObjPath;
 use object_store::{
-    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload,
-    RetryConfig,
+    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
 };
 use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::{ConnectionLimits, StorageSpec};
@@ -217,7 +216,10 @@ impl TempFile for LocalTempFile {
             .map_err(io_err("write", &self.path))
     }
     async fn sync(&mut self) -> Result<()> {
-        self.file.flush().await.map_err(io_err("flush", &self.path))?;
+        self.file
+            .flush()
+            .await
+            .map_err(io_err("flush", &self.path))?;
         self.file
             .sync_data()
             .await
@@ -239,7 +241,9 @@ impl Store for LocalStore {
         ensure_parent(&path).await?;
         let tmp = path.with_file_name(format!(
             ".{}.put.{}",
-            path.file_name().and_then(|n| n.to_str()).unwrap_or("object"),
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("object"),
             uuid::Uuid::new_v4()
         ));
         let mut f = tokio::fs::File::create(&tmp)
@@ -395,7 +399,10 @@ impl S3Store {
         }
     }
 
-    fn err<'a>(op: &'static str, path: &'a ObjPath) -> impl FnOnce(object_store::Error) -> Error + 'a {
+    fn err<'a>(
+        op: &'static str,
+        path: &'a ObjPath,
+    ) -> impl FnOnce(object_store::Error) -> Error + 'a {
         move |source| Error::Store {
             op,
             path: path.to_string(),
@@ -752,7 +759,9 @@ mod tests {
     async fn local_store_basics_and_temp_resume() {
         let dir = tempfile::tempdir().unwrap();
         let s = LocalStore::new(dir.path());
-        s.put("a/b/c.txt", Bytes::from_static(b"hello")).await.unwrap();
+        s.put("a/b/c.txt", Bytes::from_static(b"hello"))
+            .await
+            .unwrap();
         assert_eq!(s.head("a/b/c.txt").await.unwrap(), Some(5));
         assert_eq!(s.head("a/missing").await.unwrap(), None);
         let mut t = s.open_temp("a/.t", None).await.unwrap();
@@ -768,7 +777,13 @@ mod tests {
             Err(Error::DataLoss(_))
         ));
         s.rename("a/.t", "z/final").await.unwrap();
-        let keys: Vec<_> = s.list("").await.unwrap().into_iter().map(|o| o.key).collect();
+        let keys: Vec<_> = s
+            .list("")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
         assert_eq!(keys, vec!["a/b/c.txt".to_string(), "z/final".to_string()]);
         s.delete("z/final").await.unwrap();
         s.delete("z/final").await.unwrap();

@@ -48,7 +48,8 @@ impl Faults {
         })
     }
     fn arm(&self, budget: i64, apply_then_fail: bool) {
-        self.apply_then_fail.store(apply_then_fail, Ordering::SeqCst);
+        self.apply_then_fail
+            .store(apply_then_fail, Ordering::SeqCst);
         self.budget.store(budget, Ordering::SeqCst);
     }
     fn disarm(&self) {
@@ -417,7 +418,10 @@ impl Job {
             }
         }
         attempts += 1;
-        assert!(self.attempt(input, 2, Crash::Never).await, "final attempt failed");
+        assert!(
+            self.attempt(input, 2, Crash::Never).await,
+            "final attempt failed"
+        );
         let c = self.completed.as_ref().unwrap();
         assert_eq!(c.position, input.batches.len());
         assert!(c.checkpoint_id > 0);
@@ -557,7 +561,10 @@ async fn verify(store: &dyn Store, fmt: Fmt, input: &Input) -> (usize, u64) {
         .filter(|i| !count.contains_key(i))
         .take(5)
         .collect();
-    assert!(missing.is_empty(), "missing records (first few): {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "missing records (first few): {missing:?}"
+    );
     assert_eq!(count.len(), input.total);
     (files, bytes)
 }
@@ -588,12 +595,22 @@ async fn local_matrix(fmt: Fmt) {
     let dir = tempfile::tempdir().unwrap();
     let inner: Arc<dyn Store> = Arc::new(LocalStore::new(dir.path()));
     let input = input(60, 50, 40);
-    let mut job = Job::new(spec(dir.path().to_str().unwrap(), fmt, "6KiB"), inner.clone(), 4);
+    let mut job = Job::new(
+        spec(dir.path().to_str().unwrap(), fmt, "6KiB"),
+        inner.clone(),
+        4,
+    );
     let budgets = [1, 2, 5, 9, 17, 33, 64, 120, 3, 40, 77, 250];
     let attempts = job.run(&input, &plan(&budgets)).await;
-    assert!(attempts > 10, "only {attempts} attempts: the crash plan did not bite");
+    assert!(
+        attempts > 10,
+        "only {attempts} attempts: the crash plan did not bite"
+    );
     let (files, _) = verify(inner.as_ref(), fmt, &input).await;
-    assert!(files > 8, "expected rolling to produce many files, got {files}");
+    assert!(
+        files > 8,
+        "expected rolling to produce many files, got {files}"
+    );
 }
 
 #[tokio::test]
@@ -623,20 +640,44 @@ async fn local_no_crash_names_counters_and_visibility() {
         ..Default::default()
     });
     let input = input(4, 30, 10);
-    let mut sink = FileSink::new(&s, store.clone(), 1, 2, schema(), FileSinkOptions::default()).unwrap();
+    let mut sink = FileSink::new(
+        &s,
+        store.clone(),
+        1,
+        2,
+        schema(),
+        FileSinkOptions::default(),
+    )
+    .unwrap();
     sink.initialize(vec![], 7).await.unwrap();
     sink.write(&input.batches[0], T0, None).await.unwrap();
     // nothing visible before a checkpoint completes
-    assert!(store.list("").await.unwrap().iter().all(|o| !is_finished(&o.key)));
+    assert!(
+        store
+            .list("")
+            .await
+            .unwrap()
+            .iter()
+            .all(|o| !is_finished(&o.key))
+    );
     let st1 = sink.snapshot(1).await.unwrap();
     assert_eq!(st1.in_progress.len(), 3);
     assert!(st1.pending.is_empty());
-    sink.write(&input.batches[1], T0 + 1000, None).await.unwrap();
+    sink.write(&input.batches[1], T0 + 1000, None)
+        .await
+        .unwrap();
     sink.end_of_input().await.unwrap();
     let st2 = sink.snapshot(2).await.unwrap();
     assert!(st2.in_progress.is_empty());
     assert_eq!(st2.pending.len(), 3);
-    assert!(store.list("").await.unwrap().iter().all(|o| !is_finished(&o.key)));
+    assert!(
+        store
+            .list("")
+            .await
+            .unwrap()
+            .iter()
+            .all(|o| !is_finished(&o.key))
+    );
     sink.notify_checkpoint_complete(2).await.unwrap();
     let mut finished: Vec<String> = store
         .list("")
@@ -649,11 +690,29 @@ async fn local_no_crash_names_counters_and_visibility() {
     finished.sort();
     assert_eq!(
         finished,
-        vec!["key=k0/part-1-7.json", "key=k1/part-1-8.json", "key=k2/part-1-9.json"]
+        vec![
+            "key=k0/part-1-7.json",
+            "key=k1/part-1-8.json",
+            "key=k2/part-1-9.json"
+        ]
     );
     // recommit of the same state after a restore: no duplicates, no error
-    let mut again = FileSink::new(&s, store.clone(), 0, 1, schema(), FileSinkOptions::default()).unwrap();
-    again.initialize(vec![st2.clone()], max_next_counter(&[st2.clone()])).await.unwrap();
+    let mut again = FileSink::new(
+        &s,
+        store.clone(),
+        0,
+        1,
+        schema(),
+        FileSinkOptions::default(),
+    )
+    .unwrap();
+    again
+        .initialize(
+            vec![st2.clone()],
+            max_next_counter(std::slice::from_ref(&st2)),
+        )
+        .await
+        .unwrap();
     assert_eq!(again.metrics().files_committed, 3);
     again.write(&input.batches[2], T0, None).await.unwrap();
     let st3 = again.snapshot(3).await.unwrap();
@@ -690,17 +749,35 @@ async fn success_marker_after_watermark_passes_bucket() {
         sink.write(b, T0, None).await.unwrap();
     }
     // watermark at 15:05 with 10m lateness: the 13h bucket is closed, the 14h one is not
-    sink.on_watermark(T0 + HOUR + 2 * HOUR / 3 - 60_000).await.unwrap();
+    sink.on_watermark(T0 + HOUR + 2 * HOUR / 3 - 60_000)
+        .await
+        .unwrap();
     sink.snapshot(1).await.unwrap();
     sink.notify_checkpoint_complete(1).await.unwrap();
     // watermark 15:12:20 minus 10m lateness: the 13h and 14h buckets are closed, 15h is not
-    assert_eq!(store.head("2024-03-01--13/_SUCCESS").await.unwrap(), Some(0));
-    assert_eq!(store.head("2024-03-01--14/_SUCCESS").await.unwrap(), Some(0));
+    assert_eq!(
+        store.head("2024-03-01--13/_SUCCESS").await.unwrap(),
+        Some(0)
+    );
+    assert_eq!(
+        store.head("2024-03-01--14/_SUCCESS").await.unwrap(),
+        Some(0)
+    );
     assert_eq!(store.head("2024-03-01--15/_SUCCESS").await.unwrap(), None);
-    assert!(store.list("2024-03-01--15").await.unwrap().iter().any(|o| o.key.contains(".inprogress.")));
+    assert!(
+        store
+            .list("2024-03-01--15")
+            .await
+            .unwrap()
+            .iter()
+            .any(|o| o.key.contains(".inprogress."))
+    );
     // the closed bucket's files are all finished
     let in13: Vec<_> = store.list("2024-03-01--13").await.unwrap();
-    assert!(in13.iter().all(|o| !o.key.contains(".inprogress.")), "{in13:?}");
+    assert!(
+        in13.iter().all(|o| !o.key.contains(".inprogress.")),
+        "{in13:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -786,7 +863,10 @@ async fn start_minio() -> Option<Minio> {
             {
                 break;
             }
-            assert!(std::time::Instant::now() < deadline, "MinIO did not become {probe}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "MinIO did not become {probe}"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }
@@ -807,7 +887,9 @@ fn minio_store(m: &Minio, bucket: &str, prefix: &str) -> Arc<dyn Store> {
         .with_secret_access_key(MINIO_PASSWORD)
         .build()
         .unwrap();
-    Arc::new(streamjob_filesink::store::S3Store::new(client, bucket, prefix))
+    Arc::new(streamjob_filesink::store::S3Store::new(
+        client, bucket, prefix,
+    ))
 }
 
 fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
@@ -820,7 +902,10 @@ fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
     k.resize(64, 0);
     let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
     let opad: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
-    let inner = Sha256::new().chain_update(&ipad).chain_update(msg).finalize();
+    let inner = Sha256::new()
+        .chain_update(&ipad)
+        .chain_update(msg)
+        .finalize();
     Sha256::new()
         .chain_update(&opad)
         .chain_update(inner)
@@ -838,7 +923,8 @@ async fn create_bucket(m: &Minio, bucket: &str) {
         }
         // MinIO answers 503 XMinioServerNotInitialized for a moment after it reports ready
         assert!(
-            status == reqwest::StatusCode::SERVICE_UNAVAILABLE && std::time::Instant::now() < deadline,
+            status == reqwest::StatusCode::SERVICE_UNAVAILABLE
+                && std::time::Instant::now() < deadline,
             "create bucket: {status} {body}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -888,16 +974,33 @@ async fn minio_matrix(m: &Minio, fmt: Fmt, bucket: &str) {
     // plus tails < 5 MiB carried in checkpoint state, rolled at 12 MiB (row formats)
     let input = input(40, 250, 4000);
     let mut s = spec("s3://ignored", fmt, "12MiB");
-    if let Some(dt) = s.bucket_assigner.as_mut().and_then(|b| b.date_time.as_mut()) {
+    if let Some(dt) = s
+        .bucket_assigner
+        .as_mut()
+        .and_then(|b| b.date_time.as_mut())
+    {
         dt.format = "%Y-%m-%d".into();
     }
     let mut job = Job::new(s, inner.clone(), 10);
     let budgets = [1, 2, 3, 5, 8, 4, 13, 6];
     let attempts = job.run(&input, &plan(&budgets)).await;
-    assert!(attempts >= 6, "only {attempts} attempts: the crash plan did not bite");
+    assert!(
+        attempts >= 6,
+        "only {attempts} attempts: the crash plan did not bite"
+    );
     let (files, bytes) = verify(inner.as_ref(), fmt, &input).await;
-    let largest = inner.list("").await.unwrap().into_iter().filter(|o| is_finished(&o.key)).map(|o| o.size).max().unwrap();
-    eprintln!("MinIO {fmt:?}: {attempts} attempts, {files} files, {bytes} bytes, largest {largest}");
+    let largest = inner
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|o| is_finished(&o.key))
+        .map(|o| o.size)
+        .max()
+        .unwrap();
+    eprintln!(
+        "MinIO {fmt:?}: {attempts} attempts, {files} files, {bytes} bytes, largest {largest}"
+    );
     assert!(largest > 5 << 20, "no file above one 5 MiB part: {largest}");
 }
 
@@ -913,7 +1016,9 @@ async fn minio_exactly_once_json_csv_gzip_parquet() {
     part.write(store.as_ref(), "b/f", vec![7u8; (5 << 20) + 10])
         .await
         .unwrap();
-    part.write(store.as_ref(), "b/f", vec![8u8; 100]).await.unwrap();
+    part.write(store.as_ref(), "b/f", vec![8u8; 100])
+        .await
+        .unwrap();
     let rec = part.persist().await.unwrap();
     assert!(matches!(
         &rec,
@@ -921,24 +1026,44 @@ async fn minio_exactly_once_json_csv_gzip_parquet() {
             if etags.len() == 1 && tail.len() == 100
     ));
     let c = part.close(store.as_ref(), "b/f").await.unwrap();
-    assert_eq!(store.head("b/f").await.unwrap(), None, "pending must be invisible");
-    streamjob_filesink::part::commit(store.as_ref(), "b/f", &c).await.unwrap();
+    assert_eq!(
+        store.head("b/f").await.unwrap(),
+        None,
+        "pending must be invisible"
+    );
+    streamjob_filesink::part::commit(store.as_ref(), "b/f", &c)
+        .await
+        .unwrap();
     assert_eq!(store.head("b/f").await.unwrap(), Some((5 << 20) + 110));
-    assert!(store
-        .complete_multipart("b/f", match &c {
-            streamjob_filesink::part::Committable::Multipart { upload_id, .. } => upload_id,
-            _ => unreachable!(),
-        }, &[])
+    assert!(
+        store
+            .complete_multipart(
+                "b/f",
+                match &c {
+                    streamjob_filesink::part::Committable::Multipart { upload_id, .. } => upload_id,
+                    _ => unreachable!(),
+                },
+                &[]
+            )
+            .await
+            .is_err()
+    );
+    streamjob_filesink::part::commit(store.as_ref(), "b/f", &c)
         .await
-        .is_err());
-    streamjob_filesink::part::commit(store.as_ref(), "b/f", &c).await.unwrap();
+        .unwrap();
     // resuming a part that was committed meanwhile is recognised by HEAD
-    assert!(streamjob_filesink::part::PartStream::resume(store.as_ref(), "b/f", &rec, 0)
-        .await
-        .unwrap()
-        .is_none(), "committed meanwhile: nothing to resume");
+    assert!(
+        streamjob_filesink::part::PartStream::resume(store.as_ref(), "b/f", &rec, 0)
+            .await
+            .unwrap()
+            .is_none(),
+        "committed meanwhile: nothing to resume"
+    );
 
-    for (i, fmt) in [Fmt::Json, Fmt::CsvGzip, Fmt::Parquet].into_iter().enumerate() {
+    for (i, fmt) in [Fmt::Json, Fmt::CsvGzip, Fmt::Parquet]
+        .into_iter()
+        .enumerate()
+    {
         let bucket = format!("sink{i}");
         create_bucket(&m, &bucket).await;
         minio_matrix(&m, fmt, &bucket).await;
