@@ -34,8 +34,8 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
-    /// Address of /metrics, /healthz and /readyz.
-    #[arg(long, default_value = "0.0.0.0:9090")]
+    /// Address of /metrics, /healthz and /readyz (`IP:PORT`; an unbracketed IPv6 pod IP works).
+    #[arg(long, default_value = "0.0.0.0:9090", value_parser = parse_addr)]
     metrics_addr: SocketAddr,
     /// StreamJobs reconciled at the same time.
     #[arg(long, default_value_t = 4)]
@@ -61,6 +61,19 @@ struct RunArgs {
     /// Timeout of one control API call, e.g. 5s.
     #[arg(long, default_value = "5s")]
     control_timeout: String,
+}
+
+/// `IP:PORT`, also `fd00::1:9090` as `$(POD_IP):9090` expands to on IPv6 clusters.
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    let (ip, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?} is not IP:PORT"))?;
+    format!("[{ip}]:{port}")
+        .parse()
+        .map_err(|e| format!("{s:?} is not IP:PORT: {e}"))
 }
 
 fn init_logging() {
@@ -182,4 +195,41 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     tracing::info!("stopped");
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_addresses() {
+        assert_eq!(parse_addr("10.0.0.7:9090").map(|a| a.port()), Ok(9090));
+        assert!(parse_addr("fd00::1:9090").is_ok_and(|a| a.is_ipv6() && a.port() == 9090));
+        assert!(parse_addr("nonsense").is_err());
+    }
+
+    #[test]
+    fn cli_matches_the_chart() {
+        let cli = Cli::try_parse_from([
+            "streamjob-operator",
+            "run",
+            "--metrics-addr=10.0.0.7:9090",
+            "--concurrency=8",
+            "--namespace=a",
+            "--namespace=b",
+            "--leader-election",
+            "--leader-election-namespace=ops",
+            "--lease-duration=15s",
+        ]);
+        let Ok(Cli {
+            command: Command::Run(args),
+        }) = cli
+        else {
+            panic!("chart arguments do not parse");
+        };
+        assert_eq!(args.concurrency, 8);
+        assert_eq!(args.namespaces, vec!["a", "b"]);
+        assert!(args.leader_election);
+        assert_eq!(args.leader_election_namespace.as_deref(), Some("ops"));
+    }
 }
