@@ -79,8 +79,8 @@ enum Command {
     },
     /// Nexmark throughput (q0, q1, q2, q5, q7) with checkpoints off and on.
     Bench {
-        /// Seconds per measurement.
-        #[arg(long, default_value_t = 5)]
+        /// Seconds per measurement (above the checkpoint interval, so checkpoints happen).
+        #[arg(long, default_value_t = 12)]
         seconds: u64,
         /// Parallelism of the benchmark jobs.
         #[arg(long, default_value_t = 1)]

@@ -198,5 +198,5 @@ mod tests {
             "the key hash is part of the snapshot format"
         );
     }
-    const GOLDEN_KEY0: u64 = 0;
+    const GOLDEN_KEY0: u64 = 10_637_017_596_825_918_390;
 }

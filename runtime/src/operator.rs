@@ -16,7 +16,8 @@
 //!    subsumes earlier ones: commit everything pending up to `id`), and are not sent for savepoints
 //!    taken without `stop` (the next checkpoint commits that data). Commits must be idempotent: after
 //!    a failure the same pending data can be committed again from restored state.
-//! 6. A subtask ends after a stop-with-savepoint or after the final checkpoint of a bounded job;
+//! 6. Optionally, [`Operator::on_timer`] every [`Operator::timer_interval`] (processing time).
+//! 7. A subtask ends after a stop-with-savepoint or after the final checkpoint of a bounded job;
 //!    the last call it receives is `notify_checkpoint_complete` for that savepoint/checkpoint.
 //!
 //! All methods are `async` so sinks can talk to object stores; operators run on a tokio runtime.
@@ -304,6 +305,23 @@ pub trait Operator: Send + 'static {
         let _ = (ctx, checkpoint_id);
         async { Ok(()) }
     }
+
+    /// How often [`Operator::on_timer`] is called (processing time); `None`: never.
+    fn timer_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Processing-time timer (for example time-based rolling of a file sink); `now_ms` is the
+    /// wall clock in epoch milliseconds.
+    fn on_timer(
+        &mut self,
+        ctx: &OperatorContext,
+        now_ms: i64,
+        out: &mut Collector,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (ctx, now_ms, out);
+        async { Ok(()) }
+    }
 }
 
 /// Object-safe form of [`Operator`], implemented for every `Operator`.
@@ -335,9 +353,27 @@ pub trait DynOperator: Send {
         ctx: &'a OperatorContext,
         checkpoint_id: u64,
     ) -> BoxFuture<'a, Result<()>>;
+    fn timer_interval(&self) -> Option<std::time::Duration>;
+    fn on_timer<'a>(
+        &'a mut self,
+        ctx: &'a OperatorContext,
+        now_ms: i64,
+        out: &'a mut Collector,
+    ) -> BoxFuture<'a, Result<()>>;
 }
 
 impl<T: Operator> DynOperator for T {
+    fn timer_interval(&self) -> Option<std::time::Duration> {
+        Operator::timer_interval(self)
+    }
+    fn on_timer<'a>(
+        &'a mut self,
+        ctx: &'a OperatorContext,
+        now_ms: i64,
+        out: &'a mut Collector,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(Operator::on_timer(self, ctx, now_ms, out))
+    }
     fn initialize_state<'a>(
         &'a mut self,
         ctx: &'a OperatorContext,

@@ -507,6 +507,10 @@ pub async fn run_operator(
         let mut start = 0usize;
         let mut out = Collector::default();
         let mut last_barrier: Option<u64> = None;
+        let timer_every = op.timer_interval();
+        let mut timer = tokio::time::interval(timer_every.unwrap_or(Duration::from_secs(3600)));
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        timer.tick().await;
         loop {
             if aligner.all_ended() {
                 // wait for the notification of the last snapshot, then end
@@ -536,6 +540,11 @@ pub async fn run_operator(
                         Some(TaskCommand::TriggerBarrier(_)) => {}
                         None => return Err(Error::Cancelled("coordinator is gone".into())),
                     }
+                    continue;
+                }
+                _ = timer.tick(), if timer_every.is_some() => {
+                    op.on_timer(&ctx, chrono::Utc::now().timestamp_millis(), &mut out).await?;
+                    emit(&mut setup, &mut out).await?;
                     continue;
                 }
                 r = next_input(&mut inputs, &aligner, &mut start) => r,

@@ -3,6 +3,8 @@
 pub mod dedup;
 pub mod expr;
 pub mod files;
+#[cfg(feature = "file-sink")]
+pub mod filesink;
 pub mod generator;
 pub mod nexmark;
 pub mod print;
@@ -10,6 +12,9 @@ pub mod window;
 
 use crate::registry::Registry;
 
-/// Registers the built-in named operators (currently none beyond the pipeline step kinds; the
-/// file sink is registered by its module once it exists).
-pub fn register_builtins(_registry: &mut Registry) {}
+/// Registers the built-in pluggable operators (the file sink).
+pub fn register_builtins(registry: &mut Registry) {
+    #[cfg(feature = "file-sink")]
+    registry.register_file_sink(filesink::plan_file_sink);
+    let _ = registry;
+}

@@ -1,0 +1,438 @@
+//! Integration tests of the `streamjob-runtime` binary: crash recovery with `--resume`, stop with
+//! savepoint and upgrade/rescale, restore refusals, golden savepoints, the control API.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use streamjob_runtime::operators::generator::{DEFAULT_START_MS, generator_record, generator_ts};
+
+const BIN: &str = env!("CARGO_BIN_EXE_streamjob-runtime");
+
+/// (key, window_start ms) → (count, sum)
+type Aggregates = BTreeMap<(String, i64), (i64, i64)>;
+
+/// The expected tumbling-window aggregates, computed directly from the generator definition.
+fn expected(seed: u64, keys: u64, count: u64, window_ms: i64) -> Aggregates {
+    let mut m = Aggregates::new();
+    for id in 0..count {
+        let (k, v) = generator_record(seed, keys, id);
+        let ts = generator_ts(DEFAULT_START_MS, 1, id);
+        let start = ts - ts.rem_euclid(window_ms);
+        let e = m.entry((format!("key-{k}"), start)).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += v;
+    }
+    m
+}
+
+struct Job {
+    seed: u64,
+    keys: u64,
+    count: u64,
+    rate: u64,
+    parallelism: u32,
+    filter: Option<&'static str>,
+    window: bool,
+    allow_non_restored: bool,
+    interval: &'static str,
+}
+
+impl Default for Job {
+    fn default() -> Self {
+        Self {
+            seed: 42,
+            keys: 7,
+            count: 60_000,
+            rate: 20_000,
+            parallelism: 2,
+            filter: None,
+            window: true,
+            allow_non_restored: false,
+            interval: "200ms",
+        }
+    }
+}
+
+fn manifest(dir: &Path, name: &str, job: &Job) -> PathBuf {
+    let mut steps = format!(
+        "    - uid: gen\n      source:\n        generator: {{count: {}, keys: {}, seed: {}, ratePerSecond: {}}}\n",
+        job.count, job.keys, job.seed, job.rate
+    );
+    if let Some(f) = job.filter {
+        steps.push_str(&format!("    - uid: only-valid\n      filter: \"{f}\"\n"));
+    }
+    if job.window {
+        steps.push_str(
+            "    - uid: per-key\n      keyBy: [key]\n      window: {tumbling: 1s}\n      aggregate: {count: true, sum: [value]}\n",
+        );
+    }
+    steps.push_str("    - uid: out\n      print: {}\n");
+    let text = format!(
+        "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata:\n  name: {name}\nspec:\n  image: streamjob-runtime:test\n  parallelism: {p}\n  maxParallelism: 128\n  upgrade: {{allowNonRestoredState: {a}}}\n  checkpoints: {{dir: {ck}, interval: {i}, retained: 2}}\n  savepoints: {{dir: {sp}}}\n  pipeline:\n{steps}",
+        p = job.parallelism,
+        a = job.allow_non_restored,
+        ck = dir.join("checkpoints").display(),
+        sp = dir.join("savepoints").display(),
+        i = job.interval,
+    );
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A running binary whose stdout lines are collected and whose stderr lines are forwarded.
+struct Running {
+    child: Child,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: mpsc::Receiver<String>,
+    stdout_done: thread::JoinHandle<()>,
+}
+
+fn start(args: &[&str]) -> Running {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let err = child.stderr.take().unwrap();
+    let stdout = Arc::new(Mutex::new(Vec::new()));
+    let s2 = stdout.clone();
+    let stdout_done = thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            s2.lock().unwrap().push(line);
+        }
+    });
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("  | {line}");
+            let _ = tx.send(line);
+        }
+    });
+    Running {
+        child,
+        stdout,
+        stderr: rx,
+        stdout_done,
+    }
+}
+
+impl Running {
+    /// Waits until the log reports a completed checkpoint with id >= `id` (true), or the process
+    /// ends first (false).
+    fn wait_checkpoint(&self, at_least: u64) -> bool {
+        while let Ok(line) = self.stderr.recv() {
+            if let Some(id) = completed_checkpoint(&line)
+                && id >= at_least
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Waits for a log line containing `needle`.
+    fn wait_line(&self, needle: &str) -> Option<String> {
+        self.stderr.iter().find(|l| l.contains(needle))
+    }
+
+    fn finish(mut self) -> (i32, Vec<String>) {
+        let status = self.child.wait().unwrap();
+        self.stdout_done.join().unwrap();
+        let lines = self.stdout.lock().unwrap().clone();
+        (status.code().unwrap_or(-1), lines)
+    }
+}
+
+fn completed_checkpoint(line: &str) -> Option<u64> {
+    let i = line.find("checkpoint ")?;
+    let rest = &line[i + "checkpoint ".len()..];
+    let (num, tail) = rest.split_once(' ')?;
+    if tail.starts_with("completed") {
+        num.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Parses printed window results; every repeated (key, window) must carry identical values.
+fn collect(lines: &[String], into: &mut Aggregates) {
+    for l in lines {
+        if !l.starts_with('{') {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let start = chrono::DateTime::parse_from_rfc3339(v["window_start"].as_str().unwrap())
+            .unwrap()
+            .timestamp_millis();
+        let key = (v["key"].as_str().unwrap().to_string(), start);
+        let val = (v["count"].as_i64().unwrap(), v["sum_value"].as_i64().unwrap());
+        if let Some(prev) = into.insert(key.clone(), val) {
+            assert_eq!(prev, val, "window {key:?} emitted twice with different values");
+        }
+    }
+}
+
+fn savepoint_line(lines: &[String]) -> String {
+    let last = lines.last().expect("no stdout");
+    last.strip_prefix("savepoint: ")
+        .unwrap_or_else(|| panic!("last stdout line is not a savepoint line: {last}"))
+        .to_string()
+}
+
+#[test]
+fn sigkill_and_resume_gives_exact_aggregates() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job::default();
+    let m = manifest(dir.path(), "kills", &job);
+    let m = m.to_str().unwrap();
+    let mut seen = Aggregates::new();
+    let mut kills = 0;
+    let mut last_ckpt = 0u64;
+    loop {
+        let run = start(&["run", m, "--resume"]);
+        if kills < 3 {
+            // kill after two more checkpoints completed in this attempt
+            let target = last_ckpt + 2;
+            if run.wait_checkpoint(target) {
+                let mut run = run;
+                run.child.kill().unwrap(); // SIGKILL
+                let (_, lines) = run.finish();
+                collect(&lines, &mut seen);
+                kills += 1;
+                last_ckpt = target;
+                continue;
+            }
+        }
+        let (code, lines) = run.finish();
+        assert_eq!(code, 0, "final run failed");
+        collect(&lines, &mut seen);
+        break;
+    }
+    assert_eq!(kills, 3, "the job finished before it could be killed three times");
+    let want = expected(job.seed, job.keys, job.count, 1000);
+    assert_eq!(seen.len(), want.len());
+    assert_eq!(seen, want);
+    // checkpoint retention: at most `retained` complete checkpoints remain
+    let complete = std::fs::read_dir(dir.path().join("checkpoints"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().join("_metadata").exists())
+        .count();
+    assert!(complete <= 2, "{complete} checkpoints retained");
+}
+
+fn plan(manifest: &Path, from: &str) -> (i32, serde_json::Value) {
+    let out = Command::new(BIN)
+        .args(["plan", manifest.to_str().unwrap(), "--from", from, "--json"])
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.code().unwrap_or(-1), v)
+}
+
+fn status_of<'a>(report: &'a serde_json::Value, uid: &str) -> &'a serde_json::Value {
+    report["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["uid"] == uid)
+        .unwrap_or_else(|| panic!("{uid} not in report {report}"))
+}
+
+#[test]
+fn stop_with_savepoint_then_upgrade_rescale_and_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Job {
+        count: 100_000,
+        rate: 25_000,
+        ..Job::default()
+    };
+    let ma = manifest(dir.path(), "v1", &a);
+    let run = start(&["run", ma.to_str().unwrap()]);
+    assert!(run.wait_checkpoint(3), "no checkpoint before the stop");
+    Command::new("kill")
+        .args(["-INT", &run.child.id().to_string()])
+        .status()
+        .unwrap();
+    let (code, lines_a) = run.finish();
+    assert_eq!(code, 0);
+    let sp = savepoint_line(&lines_a);
+    assert!(Path::new(&sp).join("_metadata").exists());
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(Path::new(&sp).join("_metadata")).unwrap()).unwrap();
+    assert_eq!(meta["formatVersion"], 1);
+    assert_eq!(meta["kind"], "savepoint");
+    assert_eq!(meta["maxParallelism"], 128);
+    // relative paths only
+    for op in meta["operators"].as_array().unwrap() {
+        for st in op["subtasks"].as_array().unwrap() {
+            assert!(!st["file"].as_str().unwrap().starts_with('/'));
+        }
+    }
+
+    // removed stateful uid: refused by plan and by run unless allowNonRestoredState
+    let removed = Job {
+        window: false,
+        ..Job::default()
+    };
+    let mc = manifest(dir.path(), "removed", &removed);
+    let (code, report) = plan(&mc, &sp);
+    assert_eq!(code, 3, "{report}");
+    assert_eq!(report["compatible"], false);
+    assert_eq!(status_of(&report, "per-key")["status"], "incompatible");
+    let out = Command::new(BIN)
+        .args(["run", mc.to_str().unwrap(), "--from-savepoint", &sp])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("per-key") && err.contains("allowNonRestoredState"), "{err}");
+    let allowed = Job {
+        window: false,
+        allow_non_restored: true,
+        count: 100_000,
+        rate: 1_000_000,
+        ..Job::default()
+    };
+    let md = manifest(dir.path(), "removed-allowed", &allowed);
+    let (code, report) = plan(&md, &sp);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(status_of(&report, "per-key")["status"], "dropped");
+
+    // upgraded: added stateless filter, parallelism 3 → compatible, continues the keyed state
+    let b = Job {
+        count: 100_000,
+        rate: 50_000,
+        parallelism: 3,
+        filter: Some("value >= 0"),
+        ..Job::default()
+    };
+    let mb = manifest(dir.path(), "v2", &b);
+    let (code, report) = plan(&mb, &sp);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(status_of(&report, "per-key")["status"], "restored");
+    assert_eq!(status_of(&report, "only-valid")["status"], "new");
+    let (code, lines_b) = start(&["run", mb.to_str().unwrap(), "--from-savepoint", &sp]).finish();
+    assert_eq!(code, 0);
+    let mut all = Aggregates::new();
+    collect(&lines_a, &mut all);
+    let before = all.len();
+    collect(&lines_b, &mut all);
+    // nothing emitted twice: the two runs together emit every window exactly once
+    let emitted = lines_a.iter().chain(&lines_b).filter(|l| l.starts_with('{')).count();
+    assert_eq!(emitted, all.len(), "a window was emitted by both runs");
+    assert!(before > 0 && all.len() > before);
+    assert_eq!(all, expected(b.seed, b.keys, b.count, 1000));
+}
+
+#[test]
+fn control_api_status_savepoint_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job {
+        count: 10_000_000,
+        rate: 20_000,
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "api", &job);
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let run = start(&[
+        "coordinator",
+        m.to_str().unwrap(),
+        "--control-addr",
+        "127.0.0.1:0",
+        "--token-file",
+        token_file.to_str().unwrap(),
+    ]);
+    let line = run.wait_line("control API listening").unwrap();
+    let addr = line
+        .split("bound=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(run.wait_checkpoint(1));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = reqwest::Client::new();
+        let base = format!("http://{addr}");
+        assert_eq!(c.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
+        assert_eq!(c.get(format!("{base}/v1/status")).send().await.unwrap().status(), 401);
+        let s: serde_json::Value = c
+            .get(format!("{base}/v1/status"))
+            .bearer_auth("s3cret")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(s["state"], "running");
+        assert_eq!(s["restoredFrom"]["kind"], "empty");
+        assert!(s["latestCheckpoint"]["id"].as_u64().unwrap() >= 1);
+        let metrics = c
+            .get(format!("{base}/metrics"))
+            .bearer_auth("s3cret")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(metrics.contains("streamjob_records_in_total{job=\"api\",uid=\"per-key\"}"));
+        assert!(metrics.contains("streamjob_checkpoint_duration_seconds_bucket"));
+        // a savepoint without stop, then stop-with-savepoint
+        let r: serde_json::Value = c
+            .post(format!("{base}/v1/savepoints"))
+            .bearer_auth("s3cret")
+            .json(&serde_json::json!({"stop": false}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = r["id"].as_str().unwrap().to_string();
+        let path = loop {
+            let s: serde_json::Value = c
+                .get(format!("{base}/v1/savepoints/{id}"))
+                .bearer_auth("s3cret")
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            match s["state"].as_str().unwrap() {
+                "pending" => tokio::time::sleep(Duration::from_millis(50)).await,
+                "completed" => break s["path"].as_str().unwrap().to_string(),
+                other => panic!("savepoint {other}: {s}"),
+            }
+        };
+        assert!(Path::new(&path).join("_metadata").exists());
+        let r = c
+            .post(format!("{base}/v1/savepoints"))
+            .bearer_auth("s3cret")
+            .json(&serde_json::json!({"stop": true}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+    });
+    let (code, lines) = run.finish();
+    assert_eq!(code, 0);
+    let sp = savepoint_line(&lines);
+    assert!(Path::new(&sp).join("_metadata").exists());
+}
