@@ -28,7 +28,11 @@ struct Uppercase {
 }
 
 impl Operator for Uppercase {
-    async fn initialize_state(&mut self, _: &OperatorContext, _: RestoredState) -> streamjob_runtime::Result<()> {
+    async fn initialize_state(
+        &mut self,
+        _: &OperatorContext,
+        _: RestoredState,
+    ) -> streamjob_runtime::Result<()> {
         Ok(())
     }
 
@@ -58,7 +62,11 @@ struct RunningCount {
 }
 
 impl Operator for RunningCount {
-    async fn initialize_state(&mut self, ctx: &OperatorContext, restored: RestoredState) -> streamjob_runtime::Result<()> {
+    async fn initialize_state(
+        &mut self,
+        ctx: &OperatorContext,
+        restored: RestoredState,
+    ) -> streamjob_runtime::Result<()> {
         for (kg, bytes) in &restored.keyed {
             let entries: Vec<(Key, i64)> = decode_state(&ctx.uid, bytes)?;
             for (k, n) in entries {
@@ -89,7 +97,11 @@ impl Operator for RunningCount {
         Ok(())
     }
 
-    async fn snapshot_state(&mut self, _: &OperatorContext, _: u64) -> streamjob_runtime::Result<SubtaskSnapshot> {
+    async fn snapshot_state(
+        &mut self,
+        _: &OperatorContext,
+        _: u64,
+    ) -> streamjob_runtime::Result<SubtaskSnapshot> {
         let mut groups: BTreeMap<u32, Vec<(Key, i64)>> = BTreeMap::new();
         for (k, (kg, n)) in &self.counts {
             groups.entry(*kg).or_default().push((k.clone(), *n));
@@ -103,10 +115,14 @@ impl Operator for RunningCount {
     }
 }
 
-fn column(cx: &streamjob_runtime::registry::CustomContext<'_>, setting: &str) -> streamjob_runtime::Result<usize> {
-    let name = cx.config.get(setting).ok_or_else(|| {
-        Error::plan(cx.uid, format!("config.{setting} is required"))
-    })?;
+fn column(
+    cx: &streamjob_runtime::registry::CustomContext<'_>,
+    setting: &str,
+) -> streamjob_runtime::Result<usize> {
+    let name = cx
+        .config
+        .get(setting)
+        .ok_or_else(|| Error::plan(cx.uid, format!("config.{setting} is required")))?;
     cx.input_schema
         .index_of(name)
         .map_err(|_| Error::plan(cx.uid, format!("config.{setting}: no column {name:?}")))
@@ -117,7 +133,10 @@ fn main() -> ExitCode {
     registry.register("uppercase", |cx| {
         let column = column(cx, "column")?;
         if cx.input_schema.field(column).data_type() != &DataType::Utf8 {
-            return Err(Error::plan(cx.uid, "uppercase: the column must be a string"));
+            return Err(Error::plan(
+                cx.uid,
+                "uppercase: the column must be a string",
+            ));
         }
         Ok(OperatorPlan::stateless(
             "custom:uppercase",
@@ -127,7 +146,12 @@ fn main() -> ExitCode {
     });
     registry.register("running-count", |cx| {
         let key = column(cx, "key")?;
-        let mut fields: Vec<Field> = cx.input_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut fields: Vec<Field> = cx
+            .input_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
         fields.push(Field::new("running_count", DataType::Int64, false));
         let schema = Arc::new(Schema::new(fields));
         let state = StateDescriptor::stateless()

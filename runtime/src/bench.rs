@@ -31,7 +31,12 @@ impl Operator for Discard {
     async fn initialize_state(&mut self, _: &OperatorContext, _: RestoredState) -> Result<()> {
         Ok(())
     }
-    async fn process_batch(&mut self, _: &OperatorContext, _: DataBatch, _: &mut Collector) -> Result<()> {
+    async fn process_batch(
+        &mut self,
+        _: &OperatorContext,
+        _: DataBatch,
+        _: &mut Collector,
+    ) -> Result<()> {
         Ok(())
     }
 }
@@ -39,10 +44,18 @@ impl Operator for Discard {
 fn query(name: &str) -> Option<&'static str> {
     Some(match name {
         "q0" => "",
-        "q1" => "    - uid: q1\n      project:\n        - {name: auction, expr: bid_auction}\n        - {name: bidder, expr: bid_bidder}\n        - {name: price, expr: \"bid_price * 908 / 1000\"}\n        - {name: date_time, expr: date_time}\n",
-        "q2" => "    - uid: q2-filter\n      filter: \"bid_auction % 123 = 0\"\n    - uid: q2\n      project:\n        - {name: auction, expr: bid_auction}\n        - {name: price, expr: bid_price}\n",
-        "q5" => "    - uid: q5\n      keyBy: [bid_auction]\n      window: {sliding: {size: 10s, slide: 2s}}\n      aggregate: {count: true}\n",
-        "q7" => "    - uid: q7\n      keyBy: [bid_auction]\n      window: {tumbling: 10s}\n      aggregate: {max: [bid_price]}\n",
+        "q1" => {
+            "    - uid: q1\n      project:\n        - {name: auction, expr: bid_auction}\n        - {name: bidder, expr: bid_bidder}\n        - {name: price, expr: \"bid_price * 908 / 1000\"}\n        - {name: date_time, expr: date_time}\n"
+        }
+        "q2" => {
+            "    - uid: q2-filter\n      filter: \"bid_auction % 123 = 0\"\n    - uid: q2\n      project:\n        - {name: auction, expr: bid_auction}\n        - {name: price, expr: bid_price}\n"
+        }
+        "q5" => {
+            "    - uid: q5\n      keyBy: [bid_auction]\n      window: {sliding: {size: 10s, slide: 2s}}\n      aggregate: {count: true}\n"
+        }
+        "q7" => {
+            "    - uid: q7\n      keyBy: [bid_auction]\n      window: {tumbling: 10s}\n      aggregate: {max: [bid_price]}\n"
+        }
         _ => return None,
     })
 }
@@ -82,7 +95,11 @@ async fn measure(q: &str, parallelism: u32, interval: &str, seconds: u64) -> Res
     let job = StreamJob::from_yaml(&text)?;
     let mut registry = Registry::with_builtins();
     registry.register_file_sink(|cx| {
-        Ok(OperatorPlan::stateless("discard", cx.input_schema.clone(), |_| Ok(Discard)))
+        Ok(OperatorPlan::stateless(
+            "discard",
+            cx.input_schema.clone(),
+            |_| Ok(Discard),
+        ))
     });
     let graph = build_graph(&job, &registry).await?;
     let (shared, rx) = Shared::new("bench");
@@ -113,7 +130,12 @@ async fn measure(q: &str, parallelism: u32, interval: &str, seconds: u64) -> Res
 }
 
 /// Runs the benchmark and prints a table.
-pub async fn run(seconds: u64, parallelism: u32, interval: &str, queries: Option<&str>) -> Result<()> {
+pub async fn run(
+    seconds: u64,
+    parallelism: u32,
+    interval: &str,
+    queries: Option<&str>,
+) -> Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let qs: Vec<String> = queries
         .unwrap_or("q0,q1,q2,q5,q7")

@@ -31,7 +31,11 @@ use crate::storage::Location;
 pub const EXIT_INCOMPATIBLE: u8 = 3;
 
 #[derive(Parser, Debug)]
-#[command(name = "streamjob-runtime", version, about = "Streamjob dataflow runtime")]
+#[command(
+    name = "streamjob-runtime",
+    version,
+    about = "Streamjob dataflow runtime"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -125,7 +129,10 @@ pub fn main() -> ExitCode {
 pub fn main_with_registry(registry: Registry) -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -254,7 +261,9 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
                 wait_for_signal().await;
                 count += 1;
                 if count == 1 {
-                    tracing::info!("stop requested: taking a savepoint (signal again to exit at once)");
+                    tracing::info!(
+                        "stop requested: taking a savepoint (signal again to exit at once)"
+                    );
                     shared.request_savepoint(None, true);
                 } else {
                     eprintln!("exiting without savepoint");
@@ -307,7 +316,10 @@ async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
             (Ok(mut i), Ok(mut t)) => {
                 tokio::select! {
                     _ = i.recv() => {}

@@ -130,7 +130,11 @@ pub fn router(shared: Arc<Shared>, token: Option<String>) -> Router {
 }
 
 /// Binds the API on `addr` and serves it in the background; returns the bound address.
-pub async fn serve(shared: Arc<Shared>, addr: SocketAddr, token: Option<String>) -> Result<SocketAddr> {
+pub async fn serve(
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    token: Option<String>,
+) -> Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let app = router(shared, token);

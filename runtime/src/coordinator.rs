@@ -23,8 +23,8 @@ use crate::snapshot::{
 };
 use crate::storage::Location;
 use crate::task::{
-    Barrier, BarrierKind, CHANNEL_CAPACITY, Element, Output, RESTART_DELAY, TaskCommand,
-    TaskEvent, TaskSetup, run_operator, run_source,
+    Barrier, BarrierKind, CHANNEL_CAPACITY, Element, Output, RESTART_DELAY, TaskCommand, TaskEvent,
+    TaskSetup, run_operator, run_source,
 };
 
 /// Where a run starts from.
@@ -433,8 +433,10 @@ pub async fn run_job(
     let spec = graph.spec.clone();
     let storage = spec.storage.as_ref();
     let ckpt_dir = Location::parse(&spec.checkpoints.dir, storage)?;
-    let interval = streamjob_crds::units::parse_duration("checkpoints.interval", &spec.checkpoints.interval)?;
-    let timeout = streamjob_crds::units::parse_duration("checkpoints.timeout", &spec.checkpoints.timeout)?;
+    let interval =
+        streamjob_crds::units::parse_duration("checkpoints.interval", &spec.checkpoints.interval)?;
+    let timeout =
+        streamjob_crds::units::parse_duration("checkpoints.timeout", &spec.checkpoints.timeout)?;
     let retained = spec.checkpoints.retained.max(1) as usize;
 
     shared.set_state("restoring");
@@ -747,10 +749,7 @@ async fn complete(
     retained: usize,
 ) -> Result<String> {
     let meta = metadata_for(graph, &p.barrier, &p.acks);
-    p.barrier
-        .target
-        .put(METADATA_FILE, meta.to_json()?)
-        .await?;
+    p.barrier.target.put(METADATA_FILE, meta.to_json()?).await?;
     let duration = p.started.elapsed();
     let info = SnapshotInfo {
         id: p.barrier.id,

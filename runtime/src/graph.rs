@@ -87,14 +87,20 @@ fn millis(field: &str, v: &str) -> Result<i64> {
 }
 
 fn opt_millis(field: &str, v: Option<&String>) -> Result<i64> {
-    v.map(|v| millis(field, v)).transpose().map(|v| v.unwrap_or(0))
+    v.map(|v| millis(field, v))
+        .transpose()
+        .map(|v| v.unwrap_or(0))
 }
 
 /// Plans the job graph of a manifest.
 pub async fn build_graph(job: &StreamJob, registry: &Registry) -> Result<JobGraph> {
     let spec = &job.spec;
     spec.validate()?;
-    let name = job.metadata.name.clone().unwrap_or_else(|| "streamjob".into());
+    let name = job
+        .metadata
+        .name
+        .clone()
+        .unwrap_or_else(|| "streamjob".into());
     let mut steps: Vec<StepPlan> = Vec::new();
     let mut schema: SchemaRef = Arc::new(Schema::empty());
     let mut prev_parallelism = 0usize;
@@ -112,183 +118,251 @@ pub async fn build_graph(job: &StreamJob, registry: &Registry) -> Result<JobGrap
         }
         let input = schema.clone();
         let policy = step.on_bad_record.unwrap_or_default();
-        let (kind, output, state, node, key_by): (String, SchemaRef, StateDescriptor, Node, Option<Vec<usize>>) =
-            match step.kind()? {
-                StepKind::Source(src) => {
-                    let ooo = opt_millis(
-                        "watermark.maxOutOfOrderness",
-                        src.watermark
-                            .as_ref()
-                            .and_then(|w| w.max_out_of_orderness.as_ref()),
-                    )?;
-                    if let Some(g) = &src.generator {
-                        let start_ms = match &g.start_time {
-                            Some(t) => chrono::DateTime::parse_from_rfc3339(t)
-                                .map_err(|e| {
-                                    Error::plan(uid, format!("generator.startTime {t:?}: {e}"))
-                                })?
-                                .timestamp_millis(),
-                            None => DEFAULT_START_MS,
-                        };
-                        let cfg = GeneratorConfig {
-                            count: g.count,
-                            rate_per_second: g.rate_per_second,
-                            keys: g.keys,
-                            seed: g.seed,
-                            start_ms,
-                            interval_ms: g
-                                .event_interval
-                                .as_ref()
-                                .map(|v| millis("generator.eventInterval", v))
-                                .transpose()?
-                                .unwrap_or(1),
-                            out_of_orderness_ms: ooo,
-                        };
-                        let build: BuildSource = Arc::new(move |_ctx| {
-                            Ok(Box::new(GeneratorSource::new(cfg.clone())) as Box<dyn DynSource>)
-                        });
-                        ("source".into(), generator_schema(), generator_state(), Node::Source(build), None)
-                    } else if let Some(n) = &src.nexmark {
-                        let settings = NexmarkSettings {
-                            events: n.events,
-                            rate_per_second: n.rate_per_second,
-                            kinds: n.event_kinds.as_ref().map(|k| {
-                                k.iter()
-                                    .map(|k| match k {
-                                        NexmarkEventKind::Person => nexmark::event::EventType::Person,
-                                        NexmarkEventKind::Auction => {
-                                            nexmark::event::EventType::Auction
-                                        }
-                                        NexmarkEventKind::Bid => nexmark::event::EventType::Bid,
-                                    })
-                                    .collect()
-                            }),
-                            out_of_orderness_ms: ooo,
-                        };
-                        let build: BuildSource = Arc::new(move |_ctx| {
-                            Ok(Box::new(NexmarkSource::new(settings.clone())) as Box<dyn DynSource>)
-                        });
-                        ("source".into(), nexmark_schema(), nexmark_state(), Node::Source(build), None)
-                    } else if let Some(f) = &src.files {
-                        let plan = FilesSourcePlan::new(uid, f, spec.storage.as_ref(), ooo).await?;
-                        let schema = plan.schema.clone();
-                        let state = plan.state();
-                        let build: BuildSource = Arc::new(move |_ctx| {
-                            Ok(Box::new(FilesSource::new(plan.clone())) as Box<dyn DynSource>)
-                        });
-                        ("source".into(), schema, state, Node::Source(build), None)
-                    } else if src.kafka.is_some() {
-                        return Err(Error::Unsupported(format!(
-                            "step {uid:?}: the kafka source is not supported by this runtime yet; use generator, nexmark or files"
-                        )));
-                    } else {
-                        return Err(Error::plan(uid, "source: set one of generator, nexmark, files"));
-                    }
-                }
-                StepKind::Filter(sql) => {
-                    let op = FilterOperator::new(uid, sql, &input)?;
-                    let sql = sql.to_string();
-                    let uid2 = uid.to_string();
-                    let schema_in = input.clone();
-                    let _ = op;
-                    let plan = OperatorPlan::stateless("filter", input.clone(), move |_ctx| {
-                        FilterOperator::new(&uid2, &sql, &schema_in)
-                    });
-                    ("filter".into(), plan.output_schema, plan.state, Node::Operator(plan.build), None)
-                }
-                StepKind::Project(cols) => {
-                    let cols: Vec<(String, String)> =
-                        cols.iter().map(|c| (c.name.clone(), c.expr.clone())).collect();
-                    let op = ProjectOperator::new(uid, &cols, &input)?;
-                    let out = op.schema();
-                    let uid2 = uid.to_string();
-                    let schema_in = input.clone();
-                    let plan = OperatorPlan::stateless("project", out, move |_ctx| {
-                        ProjectOperator::new(&uid2, &cols, &schema_in)
-                    });
-                    ("project".into(), plan.output_schema, plan.state, Node::Operator(plan.build), None)
-                }
-                StepKind::WindowAggregate {
-                    key_by,
-                    window,
-                    aggregate,
-                } => {
-                    let kind = if let Some(t) = &window.tumbling {
-                        WindowKind::Tumbling {
-                            size: millis("window.tumbling", t)?.max(1),
-                        }
-                    } else if let Some(s) = &window.sliding {
-                        WindowKind::Sliding {
-                            size: millis("window.sliding.size", &s.size)?.max(1),
-                            slide: millis("window.sliding.slide", &s.slide)?.max(1),
-                        }
-                    } else if let Some(s) = &window.session {
-                        WindowKind::Session {
-                            gap: millis("window.session.gap", &s.gap)?.max(1),
-                        }
-                    } else {
-                        return Err(Error::plan(uid, "window: set one of tumbling, sliding, session"));
+        let (kind, output, state, node, key_by): (
+            String,
+            SchemaRef,
+            StateDescriptor,
+            Node,
+            Option<Vec<usize>>,
+        ) = match step.kind()? {
+            StepKind::Source(src) => {
+                let ooo = opt_millis(
+                    "watermark.maxOutOfOrderness",
+                    src.watermark
+                        .as_ref()
+                        .and_then(|w| w.max_out_of_orderness.as_ref()),
+                )?;
+                if let Some(g) = &src.generator {
+                    let start_ms = match &g.start_time {
+                        Some(t) => chrono::DateTime::parse_from_rfc3339(t)
+                            .map_err(|e| {
+                                Error::plan(uid, format!("generator.startTime {t:?}: {e}"))
+                            })?
+                            .timestamp_millis(),
+                        None => DEFAULT_START_MS,
                     };
-                    let lateness = opt_millis("window.allowedLateness", window.allowed_lateness.as_ref())?;
-                    let plan = WindowPlan::new(
+                    let cfg = GeneratorConfig {
+                        count: g.count,
+                        rate_per_second: g.rate_per_second,
+                        keys: g.keys,
+                        seed: g.seed,
+                        start_ms,
+                        interval_ms: g
+                            .event_interval
+                            .as_ref()
+                            .map(|v| millis("generator.eventInterval", v))
+                            .transpose()?
+                            .unwrap_or(1),
+                        out_of_orderness_ms: ooo,
+                    };
+                    let build: BuildSource = Arc::new(move |_ctx| {
+                        Ok(Box::new(GeneratorSource::new(cfg.clone())) as Box<dyn DynSource>)
+                    });
+                    (
+                        "source".into(),
+                        generator_schema(),
+                        generator_state(),
+                        Node::Source(build),
+                        None,
+                    )
+                } else if let Some(n) = &src.nexmark {
+                    let settings = NexmarkSettings {
+                        events: n.events,
+                        rate_per_second: n.rate_per_second,
+                        kinds: n.event_kinds.as_ref().map(|k| {
+                            k.iter()
+                                .map(|k| match k {
+                                    NexmarkEventKind::Person => nexmark::event::EventType::Person,
+                                    NexmarkEventKind::Auction => nexmark::event::EventType::Auction,
+                                    NexmarkEventKind::Bid => nexmark::event::EventType::Bid,
+                                })
+                                .collect()
+                        }),
+                        out_of_orderness_ms: ooo,
+                    };
+                    let build: BuildSource = Arc::new(move |_ctx| {
+                        Ok(Box::new(NexmarkSource::new(settings.clone())) as Box<dyn DynSource>)
+                    });
+                    (
+                        "source".into(),
+                        nexmark_schema(),
+                        nexmark_state(),
+                        Node::Source(build),
+                        None,
+                    )
+                } else if let Some(f) = &src.files {
+                    let plan = FilesSourcePlan::new(uid, f, spec.storage.as_ref(), ooo).await?;
+                    let schema = plan.schema.clone();
+                    let state = plan.state();
+                    let build: BuildSource = Arc::new(move |_ctx| {
+                        Ok(Box::new(FilesSource::new(plan.clone())) as Box<dyn DynSource>)
+                    });
+                    ("source".into(), schema, state, Node::Source(build), None)
+                } else if src.kafka.is_some() {
+                    return Err(Error::Unsupported(format!(
+                        "step {uid:?}: the kafka source is not supported by this runtime yet; use generator, nexmark or files"
+                    )));
+                } else {
+                    return Err(Error::plan(
                         uid,
-                        &input,
-                        key_by,
-                        kind,
-                        lateness,
-                        aggregate.count,
-                        &aggregate.sum,
-                        &aggregate.min,
-                        &aggregate.max,
-                        &aggregate.avg,
-                    )?;
-                    let out = plan.output_schema.clone();
-                    let state = plan.state.clone();
-                    let keys = plan.key_columns.clone();
-                    let p2 = plan.clone();
-                    let op = OperatorPlan::new("windowAggregate", out, state, Some(keys), move |_ctx| {
+                        "source: set one of generator, nexmark, files",
+                    ));
+                }
+            }
+            StepKind::Filter(sql) => {
+                let op = FilterOperator::new(uid, sql, &input)?;
+                let sql = sql.to_string();
+                let uid2 = uid.to_string();
+                let schema_in = input.clone();
+                let _ = op;
+                let plan = OperatorPlan::stateless("filter", input.clone(), move |_ctx| {
+                    FilterOperator::new(&uid2, &sql, &schema_in)
+                });
+                (
+                    "filter".into(),
+                    plan.output_schema,
+                    plan.state,
+                    Node::Operator(plan.build),
+                    None,
+                )
+            }
+            StepKind::Project(cols) => {
+                let cols: Vec<(String, String)> = cols
+                    .iter()
+                    .map(|c| (c.name.clone(), c.expr.clone()))
+                    .collect();
+                let op = ProjectOperator::new(uid, &cols, &input)?;
+                let out = op.schema();
+                let uid2 = uid.to_string();
+                let schema_in = input.clone();
+                let plan = OperatorPlan::stateless("project", out, move |_ctx| {
+                    ProjectOperator::new(&uid2, &cols, &schema_in)
+                });
+                (
+                    "project".into(),
+                    plan.output_schema,
+                    plan.state,
+                    Node::Operator(plan.build),
+                    None,
+                )
+            }
+            StepKind::WindowAggregate {
+                key_by,
+                window,
+                aggregate,
+            } => {
+                let kind = if let Some(t) = &window.tumbling {
+                    WindowKind::Tumbling {
+                        size: millis("window.tumbling", t)?.max(1),
+                    }
+                } else if let Some(s) = &window.sliding {
+                    WindowKind::Sliding {
+                        size: millis("window.sliding.size", &s.size)?.max(1),
+                        slide: millis("window.sliding.slide", &s.slide)?.max(1),
+                    }
+                } else if let Some(s) = &window.session {
+                    WindowKind::Session {
+                        gap: millis("window.session.gap", &s.gap)?.max(1),
+                    }
+                } else {
+                    return Err(Error::plan(
+                        uid,
+                        "window: set one of tumbling, sliding, session",
+                    ));
+                };
+                let lateness =
+                    opt_millis("window.allowedLateness", window.allowed_lateness.as_ref())?;
+                let plan = WindowPlan::new(
+                    uid,
+                    &input,
+                    key_by,
+                    kind,
+                    lateness,
+                    aggregate.count,
+                    &aggregate.sum,
+                    &aggregate.min,
+                    &aggregate.max,
+                    &aggregate.avg,
+                )?;
+                let out = plan.output_schema.clone();
+                let state = plan.state.clone();
+                let keys = plan.key_columns.clone();
+                let p2 = plan.clone();
+                let op =
+                    OperatorPlan::new("windowAggregate", out, state, Some(keys), move |_ctx| {
                         Ok(WindowOperator::new(p2.clone()))
                     });
-                    ("windowAggregate".into(), op.output_schema, op.state, Node::Operator(op.build), op.key_by)
-                }
-                StepKind::Dedup(d) => {
-                    let within = millis("dedup.within", &d.within)?;
-                    let (keys, state) = dedup_plan(uid, &input, &d.keys)?;
-                    let k2 = keys.clone();
-                    let op = OperatorPlan::new("dedup", input.clone(), state, Some(keys), move |_ctx| {
+                (
+                    "windowAggregate".into(),
+                    op.output_schema,
+                    op.state,
+                    Node::Operator(op.build),
+                    op.key_by,
+                )
+            }
+            StepKind::Dedup(d) => {
+                let within = millis("dedup.within", &d.within)?;
+                let (keys, state) = dedup_plan(uid, &input, &d.keys)?;
+                let k2 = keys.clone();
+                let op =
+                    OperatorPlan::new("dedup", input.clone(), state, Some(keys), move |_ctx| {
                         Ok(DedupOperator::new(k2.clone(), within))
                     });
-                    ("dedup".into(), op.output_schema, op.state, Node::Operator(op.build), op.key_by)
-                }
-                StepKind::Custom(c) => {
-                    let cx = CustomContext {
-                        uid,
-                        config: &c.config,
-                        stateful: c.stateful,
-                        input_schema: &input,
-                        spec,
-                    };
-                    let op = registry.plan_custom(&c.name, &cx)?;
-                    (op.kind, op.output_schema, op.state, Node::Operator(op.build), op.key_by)
-                }
-                StepKind::FileSink(sink) => {
-                    let cx = FileSinkContext {
-                        uid,
-                        sink,
-                        input_schema: &input,
-                        spec,
-                    };
-                    let op = registry.plan_file_sink(&cx)?;
-                    (op.kind, op.output_schema, op.state, Node::Operator(op.build), op.key_by)
-                }
-                StepKind::Print(p) => {
-                    let limit = p.limit;
-                    let op = OperatorPlan::stateless("print", input.clone(), move |_ctx| {
-                        Ok(PrintSink::new(limit))
-                    });
-                    ("print".into(), op.output_schema, op.state, Node::Operator(op.build), None)
-                }
-            };
+                (
+                    "dedup".into(),
+                    op.output_schema,
+                    op.state,
+                    Node::Operator(op.build),
+                    op.key_by,
+                )
+            }
+            StepKind::Custom(c) => {
+                let cx = CustomContext {
+                    uid,
+                    config: &c.config,
+                    stateful: c.stateful,
+                    input_schema: &input,
+                    spec,
+                };
+                let op = registry.plan_custom(&c.name, &cx)?;
+                (
+                    op.kind,
+                    op.output_schema,
+                    op.state,
+                    Node::Operator(op.build),
+                    op.key_by,
+                )
+            }
+            StepKind::FileSink(sink) => {
+                let cx = FileSinkContext {
+                    uid,
+                    sink,
+                    input_schema: &input,
+                    spec,
+                };
+                let op = registry.plan_file_sink(&cx)?;
+                (
+                    op.kind,
+                    op.output_schema,
+                    op.state,
+                    Node::Operator(op.build),
+                    op.key_by,
+                )
+            }
+            StepKind::Print(p) => {
+                let limit = p.limit;
+                let op = OperatorPlan::stateless("print", input.clone(), move |_ctx| {
+                    Ok(PrintSink::new(limit))
+                });
+                (
+                    "print".into(),
+                    op.output_schema,
+                    op.state,
+                    Node::Operator(op.build),
+                    None,
+                )
+            }
+        };
         let partition = match (&node, key_by) {
             (Node::Source(_), _) => Partition::Forward,
             (_, Some(keys)) => Partition::Hash(keys),
@@ -310,7 +384,9 @@ pub async fn build_graph(job: &StreamJob, registry: &Registry) -> Result<JobGrap
         prev_parallelism = parallelism;
     }
     if !matches!(steps.first().map(|s| &s.node), Some(Node::Source(_))) {
-        return Err(Error::Other("spec.pipeline: the first step must be a source".into()));
+        return Err(Error::Other(
+            "spec.pipeline: the first step must be a source".into(),
+        ));
     }
     Ok(JobGraph {
         name,

@@ -100,7 +100,9 @@ pub fn key_group_range(
 
 /// Extracts the key of every row from the key columns.
 pub fn row_keys(columns: &[ArrayRef], rows: usize) -> Result<Vec<Key>> {
-    let mut keys: Vec<Key> = (0..rows).map(|_| Vec::with_capacity(columns.len())).collect();
+    let mut keys: Vec<Key> = (0..rows)
+        .map(|_| Vec::with_capacity(columns.len()))
+        .collect();
     for col in columns {
         for (row, key) in keys.iter_mut().enumerate() {
             key.push(key_value(col, row)?);
@@ -121,16 +123,12 @@ pub fn key_value(col: &ArrayRef, row: usize) -> Result<KeyValue> {
         DataType::Int32 => KeyValue::Int(i64::from(col.as_primitive::<Int32Type>().value(row))),
         DataType::Int64 => KeyValue::Int(col.as_primitive::<Int64Type>().value(row)),
         DataType::UInt8 => KeyValue::UInt(u64::from(col.as_primitive::<UInt8Type>().value(row))),
-        DataType::UInt16 => {
-            KeyValue::UInt(u64::from(col.as_primitive::<UInt16Type>().value(row)))
-        }
-        DataType::UInt32 => {
-            KeyValue::UInt(u64::from(col.as_primitive::<UInt32Type>().value(row)))
-        }
+        DataType::UInt16 => KeyValue::UInt(u64::from(col.as_primitive::<UInt16Type>().value(row))),
+        DataType::UInt32 => KeyValue::UInt(u64::from(col.as_primitive::<UInt32Type>().value(row))),
         DataType::UInt64 => KeyValue::UInt(col.as_primitive::<UInt64Type>().value(row)),
-        DataType::Float32 => KeyValue::FloatBits(
-            f64::from(col.as_primitive::<Float32Type>().value(row)).to_bits(),
-        ),
+        DataType::Float32 => {
+            KeyValue::FloatBits(f64::from(col.as_primitive::<Float32Type>().value(row)).to_bits())
+        }
         DataType::Float64 => {
             KeyValue::FloatBits(col.as_primitive::<Float64Type>().value(row).to_bits())
         }
@@ -180,7 +178,10 @@ mod tests {
         // part of the savepoint format: must never change
         assert_eq!(hash_key(&k), hash_key(&k.clone()));
         let frozen = key_group_for_key(&k, 128);
-        assert_eq!(frozen, key_group_for_key(&[KeyValue::Str("key-1".into())], 128));
+        assert_eq!(
+            frozen,
+            key_group_for_key(&[KeyValue::Str("key-1".into())], 128)
+        );
         let mut seen = std::collections::BTreeSet::new();
         for i in 0..1000 {
             seen.insert(key_group_for_key(&[KeyValue::Str(format!("key-{i}"))], 128));

@@ -82,7 +82,11 @@ impl JobMetrics {
         let counter = |s: &mut String, name: &str, help: &str| {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
         };
-        counter(&mut s, "streamjob_records_in_total", "Records received by an operator.");
+        counter(
+            &mut s,
+            "streamjob_records_in_total",
+            "Records received by an operator.",
+        );
         for o in &ops {
             let _ = writeln!(
                 s,
@@ -91,7 +95,11 @@ impl JobMetrics {
                 o.records_in.load(Ordering::Relaxed)
             );
         }
-        counter(&mut s, "streamjob_records_out_total", "Records emitted by an operator.");
+        counter(
+            &mut s,
+            "streamjob_records_out_total",
+            "Records emitted by an operator.",
+        );
         for o in &ops {
             let _ = writeln!(
                 s,
@@ -132,19 +140,31 @@ impl JobMetrics {
                 o.late_records_dropped.load(Ordering::Relaxed)
             );
         }
-        counter(&mut s, "streamjob_restarts_total", "Job restarts after failures.");
+        counter(
+            &mut s,
+            "streamjob_restarts_total",
+            "Job restarts after failures.",
+        );
         let _ = writeln!(
             s,
             "streamjob_restarts_total{{job=\"{job}\"}} {}",
             self.restarts.load(Ordering::Relaxed)
         );
-        counter(&mut s, "streamjob_checkpoints_completed_total", "Completed checkpoints.");
+        counter(
+            &mut s,
+            "streamjob_checkpoints_completed_total",
+            "Completed checkpoints.",
+        );
         let _ = writeln!(
             s,
             "streamjob_checkpoints_completed_total{{job=\"{job}\"}} {}",
             self.checkpoints_completed.load(Ordering::Relaxed)
         );
-        counter(&mut s, "streamjob_checkpoints_failed_total", "Failed or expired checkpoints.");
+        counter(
+            &mut s,
+            "streamjob_checkpoints_failed_total",
+            "Failed or expired checkpoints.",
+        );
         let _ = writeln!(
             s,
             "streamjob_checkpoints_failed_total{{job=\"{job}\"}} {}",
@@ -162,7 +182,11 @@ impl JobMetrics {
                 "# HELP {name} Time from trigger to completion of checkpoints.\n# TYPE {name} histogram"
             );
             for (i, bound) in DURATION_BUCKETS.iter().enumerate() {
-                let _ = writeln!(s, "{name}_bucket{{job=\"{job}\",le=\"{bound}\"}} {}", h.counts[i]);
+                let _ = writeln!(
+                    s,
+                    "{name}_bucket{{job=\"{job}\",le=\"{bound}\"}} {}",
+                    h.counts[i]
+                );
             }
             let _ = writeln!(s, "{name}_bucket{{job=\"{job}\",le=\"+Inf\"}} {}", h.count);
             let _ = writeln!(s, "{name}_sum{{job=\"{job}\"}} {}", h.sum);

@@ -409,7 +409,11 @@ impl<T: Operator> DynOperator for T {
         ctx: &'a OperatorContext,
         checkpoint_id: u64,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(Operator::notify_checkpoint_complete(self, ctx, checkpoint_id))
+        Box::pin(Operator::notify_checkpoint_complete(
+            self,
+            ctx,
+            checkpoint_id,
+        ))
     }
 }
 

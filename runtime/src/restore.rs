@@ -341,7 +341,10 @@ mod tests {
     #[test]
     fn new_stateful_operator_starts_empty() {
         let (m, mut g) = base();
-        g.insert(3, new("dd", "dedup", 2, keyed(&[("seen", "Int64")], "Utf8")));
+        g.insert(
+            3,
+            new("dd", "dedup", 2, keyed(&[("seen", "Int64")], "Utf8")),
+        );
         let r = check_restore(&m, "p", &g, 128, false);
         assert!(r.compatible);
         assert_eq!(status(&r, "dd"), OperatorStatus::New);
@@ -368,7 +371,11 @@ mod tests {
         g[2].state = keyed(&[("count", "Int64"), ("sum_value", "Int64")], "Utf8");
         let r = check_restore(&m, "p", &g, 128, true);
         assert!(!r.compatible);
-        assert!(r.refusals()[0].contains("state type changed"), "{:?}", r.refusals());
+        assert!(
+            r.refusals()[0].contains("state type changed"),
+            "{:?}",
+            r.refusals()
+        );
     }
 
     #[test]
@@ -394,7 +401,11 @@ mod tests {
         let (m, g) = base();
         let r = check_restore(&m, "p", &g, 256, true);
         assert!(!r.compatible);
-        assert!(r.refusals().iter().any(|x| x.starts_with("agg: maxParallelism changed from 128 to 256")));
+        assert!(
+            r.refusals()
+                .iter()
+                .any(|x| x.starts_with("agg: maxParallelism changed from 128 to 256"))
+        );
     }
 
     #[test]
@@ -405,7 +416,11 @@ mod tests {
         }
         let r = check_restore(&m, "p", &g, 128, false);
         assert!(r.compatible);
-        assert!(r.operators[2].reason.contains("rescaled from parallelism 2 to 3"));
+        assert!(
+            r.operators[2]
+                .reason
+                .contains("rescaled from parallelism 2 to 3")
+        );
     }
 
     #[test]

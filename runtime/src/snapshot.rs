@@ -266,7 +266,10 @@ impl LoadedSnapshot {
 pub async fn list_checkpoints(dir: &Location) -> Result<BTreeMap<u64, bool>> {
     let mut out = BTreeMap::new();
     for name in dir.list_dirs().await? {
-        if let Some(id) = name.strip_prefix("chk-").and_then(|s| s.parse::<u64>().ok()) {
+        if let Some(id) = name
+            .strip_prefix("chk-")
+            .and_then(|s| s.parse::<u64>().ok())
+        {
             let complete = dir.child(&name).exists(METADATA_FILE).await?;
             out.insert(id, complete);
         }
@@ -319,6 +322,44 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn golden_v1_savepoint_loads_and_restores_into_its_job() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/v1");
+        let loc = Location::parse(&format!("{dir}/savepoint"), None).unwrap();
+        let snap = LoadedSnapshot::load(&loc).await.unwrap();
+        assert_eq!(snap.metadata.format_version, 1);
+        assert_eq!(snap.metadata.kind, SnapshotKind::Savepoint);
+        let tmp = tempfile::tempdir().unwrap();
+        let text = std::fs::read_to_string(format!("{dir}/job.yaml"))
+            .unwrap()
+            .replace("CHECKPOINTS", &tmp.path().join("ck").display().to_string())
+            .replace("SAVEPOINTS", &tmp.path().join("sp").display().to_string());
+        let job = streamjob_crds::v1alpha1::StreamJob::from_yaml(&text).unwrap();
+        let graph = crate::graph::build_graph(&job, &crate::registry::Registry::with_builtins())
+            .await
+            .unwrap();
+        let report = crate::restore::check_restore(
+            &snap.metadata,
+            "golden",
+            &graph.graph_operators(),
+            graph.max_parallelism,
+            false,
+        );
+        assert!(report.compatible, "{}", report.to_text());
+        // every key group of every stateful operator restores exactly once at a new parallelism
+        for uid in ["gen", "per-key", "recent"] {
+            let total: usize = snap.state[uid].iter().map(|(_, s)| s.keyed.len()).sum();
+            assert!(total > 0, "{uid} has no state in the golden savepoint");
+            let restored: usize = (0..3)
+                .map(|i| {
+                    let range = crate::keygroups::key_group_range(128, 3, i);
+                    snap.restored_for(uid, i as usize, 3, &range).keyed.len()
+                })
+                .sum();
+            assert_eq!(restored, total, "{uid}");
+        }
+    }
+
     #[test]
     fn metadata_round_trips_and_refuses_future_versions() {
         let m = sample_metadata();
@@ -365,7 +406,12 @@ mod tests {
             state: HashMap::from([("per-key".to_string(), vec![(0, a), (1, b)])]),
         };
         // same parallelism: own entries
-        let r = loaded.restored_for("per-key", 1, 2, &crate::keygroups::key_group_range(128, 2, 1));
+        let r = loaded.restored_for(
+            "per-key",
+            1,
+            2,
+            &crate::keygroups::key_group_range(128, 2, 1),
+        );
         assert_eq!(r.operator, vec![b"b0".to_vec()]);
         assert_eq!(r.keyed.len(), 64);
         assert_eq!(r.union.len(), 3);

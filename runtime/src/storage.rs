@@ -67,7 +67,11 @@ impl Location {
             }
             None => trimmed.to_string(),
         };
-        let local = if local.is_empty() { "/".to_string() } else { local };
+        let local = if local.is_empty() {
+            "/".to_string()
+        } else {
+            local
+        };
         std::fs::create_dir_all(&local)?;
         let abs = std::fs::canonicalize(&local)?;
         let store = object_store::local::LocalFileSystem::new();
@@ -215,11 +219,19 @@ mod tests {
     async fn local_paths_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let loc = Location::parse(dir.path().to_str().unwrap(), None).unwrap();
-        loc.put("a/b/c.txt", Bytes::from_static(b"hi")).await.unwrap();
-        assert_eq!(loc.get("a/b/c.txt").await.unwrap(), Bytes::from_static(b"hi"));
+        loc.put("a/b/c.txt", Bytes::from_static(b"hi"))
+            .await
+            .unwrap();
+        assert_eq!(
+            loc.get("a/b/c.txt").await.unwrap(),
+            Bytes::from_static(b"hi")
+        );
         assert!(loc.exists("a/b/c.txt").await.unwrap());
         assert_eq!(loc.list_dirs().await.unwrap(), vec!["a".to_string()]);
-        assert_eq!(loc.list_files().await.unwrap(), vec![("a/b/c.txt".to_string(), 2)]);
+        assert_eq!(
+            loc.list_files().await.unwrap(),
+            vec![("a/b/c.txt".to_string(), 2)]
+        );
         let url = format!("file://{}", dir.path().display());
         let loc2 = Location::parse(&url, None).unwrap();
         assert!(loc2.exists("a/b/c.txt").await.unwrap());

@@ -131,10 +131,7 @@ impl BarrierAligner {
     }
 
     fn complete(&self) -> bool {
-        self.arrived
-            .iter()
-            .zip(&self.ended)
-            .all(|(a, e)| *a || *e)
+        self.arrived.iter().zip(&self.ended).all(|(a, e)| *a || *e)
     }
 
     /// Input `input` delivered the barrier of checkpoint `id`.
@@ -220,7 +217,10 @@ impl Output {
         }
         match &self.hash_columns {
             Some(cols) if self.targets.len() > 1 => {
-                let key_cols: Vec<_> = cols.iter().map(|c| batch.records.column(*c).clone()).collect();
+                let key_cols: Vec<_> = cols
+                    .iter()
+                    .map(|c| batch.records.column(*c).clone())
+                    .collect();
                 let keys = row_keys(&key_cols, batch.num_rows())?;
                 let p = self.targets.len() as u32;
                 let mut per: Vec<Vec<u32>> = vec![Vec::new(); self.targets.len()];
@@ -270,11 +270,7 @@ pub struct TaskSetup {
     pub dead_letter: Option<Location>,
 }
 
-async fn upload_and_ack(
-    setup: &TaskSetup,
-    barrier: &Barrier,
-    snap: SubtaskSnapshot,
-) -> Result<()> {
+async fn upload_and_ack(setup: &TaskSetup, barrier: &Barrier, snap: SubtaskSnapshot) -> Result<()> {
     let file = if snap.is_empty() {
         None
     } else {
@@ -455,9 +451,9 @@ pub async fn run_source(mut setup: TaskSetup, mut source: Box<dyn DynSource>) ->
                         setup.output.broadcast(Element::Watermark(i64::MAX)).await?;
                     }
                     exhausted = true;
-                    let _ = setup
-                        .events
-                        .send(TaskEvent::SourceExhausted { subtask: ctx.subtask });
+                    let _ = setup.events.send(TaskEvent::SourceExhausted {
+                        subtask: ctx.subtask,
+                    });
                 }
             }
         }
@@ -573,7 +569,10 @@ pub async fn run_operator(
                         watermark = combined;
                         op.process_watermark(&ctx, watermark, &mut out).await?;
                         emit(&mut setup, &mut out).await?;
-                        setup.output.broadcast(Element::Watermark(watermark)).await?;
+                        setup
+                            .output
+                            .broadcast(Element::Watermark(watermark))
+                            .await?;
                     }
                 }
                 Element::Barrier(b) => {
@@ -642,7 +641,10 @@ mod tests {
         let mut a = BarrierAligner::new(2);
         assert_eq!(a.on_barrier(0, 5), Alignment::Waiting);
         assert_eq!(a.on_barrier(1, 6), Alignment::Waiting);
-        assert!(!a.is_blocked(0), "input 0 only delivered the abandoned barrier");
+        assert!(
+            !a.is_blocked(0),
+            "input 0 only delivered the abandoned barrier"
+        );
         assert!(a.is_blocked(1));
         assert_eq!(a.on_barrier(1, 5), Alignment::Ignore);
         assert_eq!(a.on_barrier(0, 6), Alignment::Aligned);

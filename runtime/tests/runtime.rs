@@ -175,9 +175,15 @@ fn collect(lines: &[String], into: &mut Aggregates) {
             .unwrap()
             .timestamp_millis();
         let key = (v["key"].as_str().unwrap().to_string(), start);
-        let val = (v["count"].as_i64().unwrap(), v["sum_value"].as_i64().unwrap());
+        let val = (
+            v["count"].as_i64().unwrap(),
+            v["sum_value"].as_i64().unwrap(),
+        );
         if let Some(prev) = into.insert(key.clone(), val) {
-            assert_eq!(prev, val, "window {key:?} emitted twice with different values");
+            assert_eq!(
+                prev, val,
+                "window {key:?} emitted twice with different values"
+            );
         }
     }
 }
@@ -218,7 +224,10 @@ fn sigkill_and_resume_gives_exact_aggregates() {
         collect(&lines, &mut seen);
         break;
     }
-    assert_eq!(kills, 3, "the job finished before it could be killed three times");
+    assert_eq!(
+        kills, 3,
+        "the job finished before it could be killed three times"
+    );
     let want = expected(job.seed, job.keys, job.count, 1000);
     assert_eq!(seen.len(), want.len());
     assert_eq!(seen, want);
@@ -296,7 +305,10 @@ fn stop_with_savepoint_then_upgrade_rescale_and_refusals() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("per-key") && err.contains("allowNonRestoredState"), "{err}");
+    assert!(
+        err.contains("per-key") && err.contains("allowNonRestoredState"),
+        "{err}"
+    );
     let allowed = Job {
         window: false,
         allow_non_restored: true,
@@ -329,7 +341,11 @@ fn stop_with_savepoint_then_upgrade_rescale_and_refusals() {
     let before = all.len();
     collect(&lines_b, &mut all);
     // nothing emitted twice: the two runs together emit every window exactly once
-    let emitted = lines_a.iter().chain(&lines_b).filter(|l| l.starts_with('{')).count();
+    let emitted = lines_a
+        .iter()
+        .chain(&lines_b)
+        .filter(|l| l.starts_with('{'))
+        .count();
     assert_eq!(emitted, all.len(), "a window was emitted by both runs");
     assert!(before > 0 && all.len() > before);
     assert_eq!(all, expected(b.seed, b.keys, b.count, 1000));
@@ -368,8 +384,22 @@ fn control_api_status_savepoint_and_metrics() {
     rt.block_on(async {
         let c = reqwest::Client::new();
         let base = format!("http://{addr}");
-        assert_eq!(c.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
-        assert_eq!(c.get(format!("{base}/v1/status")).send().await.unwrap().status(), 401);
+        assert_eq!(
+            c.get(format!("{base}/healthz"))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        assert_eq!(
+            c.get(format!("{base}/v1/status"))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            401
+        );
         let s: serde_json::Value = c
             .get(format!("{base}/v1/status"))
             .bearer_auth("s3cret")
@@ -435,4 +465,103 @@ fn control_api_status_savepoint_and_metrics() {
     assert_eq!(code, 0);
     let sp = savepoint_line(&lines);
     assert!(Path::new(&sp).join("_metadata").exists());
+}
+
+/// Per (key, window start): count, sum, max, avg — for the golden job.
+fn expected_full(
+    seed: u64,
+    keys: u64,
+    count: u64,
+) -> BTreeMap<(String, i64), (i64, i64, i64, f64)> {
+    let mut m: BTreeMap<(String, i64), (i64, i64, i64, f64)> = BTreeMap::new();
+    for id in 0..count {
+        let (k, v) = generator_record(seed, keys, id);
+        let ts = generator_ts(DEFAULT_START_MS, 1, id);
+        let start = ts - ts.rem_euclid(1000);
+        let e = m
+            .entry((format!("key-{k}"), start))
+            .or_insert((0, 0, i64::MIN, 0.0));
+        e.0 += 1;
+        e.1 += v;
+        e.2 = e.2.max(v);
+    }
+    for e in m.values_mut() {
+        e.3 = e.1 as f64 / e.0 as f64;
+    }
+    m
+}
+
+#[test]
+fn golden_v1_savepoint_restores_relocated_and_rescaled() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/v1");
+    let dir = tempfile::tempdir().unwrap();
+    // relocate: copy the savepoint somewhere else
+    let sp = dir.path().join("moved/savepoint");
+    std::fs::create_dir_all(&sp).unwrap();
+    for entry in walk(&golden.join("savepoint")) {
+        let rel = entry.strip_prefix(golden.join("savepoint")).unwrap();
+        let to = sp.join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&entry, &to).unwrap();
+    }
+    let text = std::fs::read_to_string(golden.join("job.yaml"))
+        .unwrap()
+        .replace("CHECKPOINTS", &dir.path().join("ck").display().to_string())
+        .replace("SAVEPOINTS", &dir.path().join("sp").display().to_string())
+        .replace("parallelism: 2", "parallelism: 3");
+    let m = dir.path().join("golden.yaml");
+    std::fs::write(&m, text).unwrap();
+    let (code, report) = plan(&m, sp.to_str().unwrap());
+    assert_eq!(code, 0, "{report}");
+    let (code, after) = start(&[
+        "run",
+        m.to_str().unwrap(),
+        "--from-savepoint",
+        sp.to_str().unwrap(),
+    ])
+    .finish();
+    assert_eq!(code, 0);
+    let before: Vec<String> = std::fs::read_to_string(golden.join("before.jsonl"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut got = BTreeMap::new();
+    for l in before.iter().chain(&after).filter(|l| l.starts_with('{')) {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let start = chrono::DateTime::parse_from_rfc3339(v["window_start"].as_str().unwrap())
+            .unwrap()
+            .timestamp_millis();
+        let key = (v["key"].as_str().unwrap().to_string(), start);
+        let val = (
+            v["count"].as_i64().unwrap(),
+            v["sum_value"].as_i64().unwrap(),
+            v["max_value"].as_i64().unwrap(),
+            v["avg_value"].as_f64().unwrap(),
+        );
+        assert!(
+            got.insert(key.clone(), val).is_none(),
+            "{key:?} emitted twice"
+        );
+    }
+    let want = expected_full(3, 5, 30_000);
+    assert_eq!(got.len(), want.len());
+    for (k, w) in &want {
+        let g = got[k];
+        assert_eq!((g.0, g.1, g.2), (w.0, w.1, w.2), "{k:?}");
+        assert!((g.3 - w.3).abs() < 1e-9, "{k:?}");
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

@@ -24,7 +24,11 @@ pub struct DedupOperator {
 }
 
 /// Plans a dedup step: key column indices and state descriptor.
-pub fn dedup_plan(uid: &str, input: &SchemaRef, keys: &[String]) -> Result<(Vec<usize>, StateDescriptor)> {
+pub fn dedup_plan(
+    uid: &str,
+    input: &SchemaRef,
+    keys: &[String],
+) -> Result<(Vec<usize>, StateDescriptor)> {
     let idx = key_indices(uid, input, keys)?;
     let state = StateDescriptor::stateless()
         .field("firstSeen", "Timestamp")
@@ -44,7 +48,11 @@ impl DedupOperator {
 }
 
 impl Operator for DedupOperator {
-    async fn initialize_state(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<()> {
+    async fn initialize_state(
+        &mut self,
+        ctx: &OperatorContext,
+        restored: RestoredState,
+    ) -> Result<()> {
         for (kg, bytes) in &restored.keyed {
             let entries: Vec<(Key, i64)> = decode_state(&ctx.uid, bytes)?;
             for (k, t) in entries {
@@ -100,7 +108,11 @@ impl Operator for DedupOperator {
         Ok(())
     }
 
-    async fn snapshot_state(&mut self, _ctx: &OperatorContext, _id: u64) -> Result<SubtaskSnapshot> {
+    async fn snapshot_state(
+        &mut self,
+        _ctx: &OperatorContext,
+        _id: u64,
+    ) -> Result<SubtaskSnapshot> {
         let mut groups: BTreeMap<u32, Vec<(Key, i64)>> = BTreeMap::new();
         for (k, (kg, t)) in &self.seen {
             groups.entry(*kg).or_default().push((k.clone(), *t));

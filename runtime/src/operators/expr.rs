@@ -13,9 +13,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 
 use crate::error::{Error, Result};
-use crate::operator::{
-    Collector, DataBatch, Operator, OperatorContext, RestoredState,
-};
+use crate::operator::{Collector, DataBatch, Operator, OperatorContext, RestoredState};
 
 /// A compiled SQL expression.
 #[derive(Clone, Debug)]
@@ -82,7 +80,10 @@ fn eval_rows<T>(
                 if batch.num_rows() == 1 {
                     out.bad_record(row_json(&batch.records, 0), first.to_string());
                 }
-                return Ok((Some(BooleanArray::from(vec![false; batch.num_rows()])), vec![]));
+                return Ok((
+                    Some(BooleanArray::from(vec![false; batch.num_rows()])),
+                    vec![],
+                ));
             }
             let mut ok = Vec::with_capacity(batch.num_rows());
             let mut results = Vec::new();

@@ -86,7 +86,10 @@ impl FilesSourcePlan {
         } else if spec.format.parquet.is_some() {
             FileFormat::Parquet
         } else {
-            return Err(Error::plan(uid, "files.format: set one of jsonLines, csv, parquet"));
+            return Err(Error::plan(
+                uid,
+                "files.format: set one of jsonLines, csv, parquet",
+            ));
         };
         let schema: SchemaRef = match (&spec.schema, &format) {
             (Some(fields), _) => Arc::new(Schema::new(
@@ -120,7 +123,10 @@ impl FilesSourcePlan {
         };
         let event_time_column = match &spec.event_time_field {
             Some(f) => Some(schema.index_of(f).map_err(|_| {
-                Error::plan(uid, format!("eventTimeField {f:?} is not a column of the files"))
+                Error::plan(
+                    uid,
+                    format!("eventTimeField {f:?} is not a column of the files"),
+                )
             })?),
             None => None,
         };
@@ -196,7 +202,8 @@ impl FilesSource {
         self.last_discovery = Some(Instant::now());
         let files = list_data_files(&self.plan.location).await?;
         for f in files {
-            let split = (stable_hash(f.as_bytes(), FNV_OFFSET_BASIS) % u64::from(ctx.max_parallelism)) as u32;
+            let split = (stable_hash(f.as_bytes(), FNV_OFFSET_BASIS)
+                % u64::from(ctx.max_parallelism)) as u32;
             let Some(state) = self.splits.get(&split) else {
                 continue;
             };
@@ -212,8 +219,9 @@ impl FilesSource {
             .values()
             .filter_map(|s| s.current.as_ref().map(|c| c.0.clone()))
             .collect();
-        self.queue
-            .sort_by(|a, b| (!currents.contains(&a.1), &a.1).cmp(&(!currents.contains(&b.1), &b.1)));
+        self.queue.sort_by(|a, b| {
+            (!currents.contains(&a.1), &a.1).cmp(&(!currents.contains(&b.1), &b.1))
+        });
         Ok(())
     }
 
@@ -300,7 +308,11 @@ impl FilesSource {
 }
 
 impl SourceOperator for FilesSource {
-    async fn initialize_state(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<()> {
+    async fn initialize_state(
+        &mut self,
+        ctx: &OperatorContext,
+        restored: RestoredState,
+    ) -> Result<()> {
         for split in ctx.key_groups.clone() {
             let s = match restored.keyed.get(&split) {
                 Some(b) => decode_state::<SplitState>(&ctx.uid, b)?,
@@ -311,7 +323,11 @@ impl SourceOperator for FilesSource {
         self.discover(ctx).await
     }
 
-    async fn poll_next(&mut self, ctx: &OperatorContext, out: &mut Collector) -> Result<SourcePoll> {
+    async fn poll_next(
+        &mut self,
+        ctx: &OperatorContext,
+        out: &mut Collector,
+    ) -> Result<SourcePoll> {
         loop {
             if let Some((split, file, batches, rows)) = &mut self.reading {
                 if batches.is_empty() {
@@ -330,7 +346,9 @@ impl SourceOperator for FilesSource {
                     s.current = Some((file, rows));
                 }
                 let ts = self.event_times(&batch)?;
-                let wm = self.max_ts.saturating_sub(self.plan.out_of_orderness_ms + 1);
+                let wm = self
+                    .max_ts
+                    .saturating_sub(self.plan.out_of_orderness_ms + 1);
                 return Ok(SourcePoll::Batch(DataBatch::new(batch, ts)?, Some(wm)));
             }
             if !self.queue.is_empty() {
@@ -360,9 +378,7 @@ impl SourceOperator for FilesSource {
             match self.plan.discovery {
                 None => return Ok(SourcePoll::Finished),
                 Some(interval) => {
-                    let due = self
-                        .last_discovery
-                        .is_none_or(|t| t.elapsed() >= interval);
+                    let due = self.last_discovery.is_none_or(|t| t.elapsed() >= interval);
                     if due {
                         self.discover(ctx).await?;
                         if !self.queue.is_empty() {
@@ -375,7 +391,11 @@ impl SourceOperator for FilesSource {
         }
     }
 
-    async fn snapshot_state(&mut self, _ctx: &OperatorContext, _id: u64) -> Result<SubtaskSnapshot> {
+    async fn snapshot_state(
+        &mut self,
+        _ctx: &OperatorContext,
+        _id: u64,
+    ) -> Result<SubtaskSnapshot> {
         let mut snap = SubtaskSnapshot::default();
         for (split, s) in &self.splits {
             snap.keyed.insert(*split, encode_state(s)?);
@@ -383,4 +403,3 @@ impl SourceOperator for FilesSource {
         Ok(snap)
     }
 }
-

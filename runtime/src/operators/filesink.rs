@@ -44,7 +44,11 @@ impl FileSinkOperator {
 }
 
 impl Operator for FileSinkOperator {
-    async fn initialize_state(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<()> {
+    async fn initialize_state(
+        &mut self,
+        ctx: &OperatorContext,
+        restored: RestoredState,
+    ) -> Result<()> {
         let store = open_store(&self.spec.path, self.storage.as_ref())
             .map_err(|e| sink_err(&ctx.uid, ctx.subtask, e))?;
         let mut sink = FileSink::new(
@@ -73,7 +77,12 @@ impl Operator for FileSinkOperator {
         Ok(())
     }
 
-    async fn process_batch(&mut self, ctx: &OperatorContext, batch: DataBatch, _out: &mut Collector) -> Result<()> {
+    async fn process_batch(
+        &mut self,
+        ctx: &OperatorContext,
+        batch: DataBatch,
+        _out: &mut Collector,
+    ) -> Result<()> {
         let wm = self.watermark;
         let now = chrono::Utc::now().timestamp_millis();
         let (uid, subtask) = (ctx.uid.clone(), ctx.subtask);
@@ -83,7 +92,12 @@ impl Operator for FileSinkOperator {
             .map_err(|e| sink_err(&uid, subtask, e))
     }
 
-    async fn process_watermark(&mut self, ctx: &OperatorContext, watermark: i64, _out: &mut Collector) -> Result<()> {
+    async fn process_watermark(
+        &mut self,
+        ctx: &OperatorContext,
+        watermark: i64,
+        _out: &mut Collector,
+    ) -> Result<()> {
         self.watermark = Some(watermark);
         let (uid, subtask) = (ctx.uid.clone(), ctx.subtask);
         let ended = self.ended;
@@ -100,7 +114,11 @@ impl Operator for FileSinkOperator {
         Ok(())
     }
 
-    async fn snapshot_state(&mut self, ctx: &OperatorContext, checkpoint_id: u64) -> Result<SubtaskSnapshot> {
+    async fn snapshot_state(
+        &mut self,
+        ctx: &OperatorContext,
+        checkpoint_id: u64,
+    ) -> Result<SubtaskSnapshot> {
         let (uid, subtask) = (ctx.uid.clone(), ctx.subtask);
         let state = self
             .sink(ctx)?
@@ -113,9 +131,17 @@ impl Operator for FileSinkOperator {
         })
     }
 
-    async fn notify_checkpoint_complete(&mut self, ctx: &OperatorContext, checkpoint_id: u64) -> Result<()> {
+    async fn notify_checkpoint_complete(
+        &mut self,
+        ctx: &OperatorContext,
+        checkpoint_id: u64,
+    ) -> Result<()> {
         let (uid, subtask) = (ctx.uid.clone(), ctx.subtask);
-        if let Err(e) = self.sink(ctx)?.notify_checkpoint_complete(checkpoint_id).await {
+        if let Err(e) = self
+            .sink(ctx)?
+            .notify_checkpoint_complete(checkpoint_id)
+            .await
+        {
             // not fatal: pending files are committed by the next notification or a restore
             tracing::warn!(%uid, subtask, checkpoint = checkpoint_id, error = %e, "file sink commit failed; will retry");
         }
@@ -126,7 +152,12 @@ impl Operator for FileSinkOperator {
         self.sink.as_ref().map(FileSink::bucket_check_interval)
     }
 
-    async fn on_timer(&mut self, ctx: &OperatorContext, now_ms: i64, _out: &mut Collector) -> Result<()> {
+    async fn on_timer(
+        &mut self,
+        ctx: &OperatorContext,
+        now_ms: i64,
+        _out: &mut Collector,
+    ) -> Result<()> {
         let (uid, subtask) = (ctx.uid.clone(), ctx.subtask);
         self.sink(ctx)?
             .on_processing_time(now_ms)
@@ -142,16 +173,25 @@ pub fn plan_file_sink(cx: &FileSinkContext<'_>) -> Result<OperatorPlan> {
     let schema = cx.input_schema.clone();
     let state = StateDescriptor::stateless().field(
         "sinkState",
-        format!("SinkSubtaskState/v{}", streamjob_filesink::sink::STATE_VERSION),
+        format!(
+            "SinkSubtaskState/v{}",
+            streamjob_filesink::sink::STATE_VERSION
+        ),
     );
-    Ok(OperatorPlan::new("fileSink", cx.input_schema.clone(), state, None, move |_| {
-        Ok(FileSinkOperator {
-            spec: spec.clone(),
-            storage: storage.clone(),
-            schema: schema.clone(),
-            sink: None,
-            watermark: None,
-            ended: false,
-        })
-    }))
+    Ok(OperatorPlan::new(
+        "fileSink",
+        cx.input_schema.clone(),
+        state,
+        None,
+        move |_| {
+            Ok(FileSinkOperator {
+                spec: spec.clone(),
+                storage: storage.clone(),
+                schema: schema.clone(),
+                sink: None,
+                watermark: None,
+                ended: false,
+            })
+        },
+    ))
 }

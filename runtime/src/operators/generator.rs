@@ -10,7 +10,9 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::array::{Int64Array, Int64Builder, StringBuilder, TimestampMillisecondBuilder, UInt64Builder};
+use arrow::array::{
+    Int64Array, Int64Builder, StringBuilder, TimestampMillisecondBuilder, UInt64Builder,
+};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 
@@ -108,7 +110,11 @@ impl GeneratorSource {
 }
 
 impl SourceOperator for GeneratorSource {
-    async fn initialize_state(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<()> {
+    async fn initialize_state(
+        &mut self,
+        ctx: &OperatorContext,
+        restored: RestoredState,
+    ) -> Result<()> {
         for split in ctx.key_groups.clone() {
             let next = match restored.keyed.get(&split) {
                 Some(bytes) => decode_state::<u64>(&ctx.uid, bytes)?,
@@ -126,7 +132,11 @@ impl SourceOperator for GeneratorSource {
         Ok(())
     }
 
-    async fn poll_next(&mut self, ctx: &OperatorContext, _out: &mut Collector) -> Result<SourcePoll> {
+    async fn poll_next(
+        &mut self,
+        ctx: &OperatorContext,
+        _out: &mut Collector,
+    ) -> Result<SourcePoll> {
         if self.heap.is_empty() {
             return Ok(SourcePoll::Finished);
         }
@@ -137,7 +147,9 @@ impl SourceOperator for GeneratorSource {
             let allowed = due.saturating_sub(self.emitted);
             if allowed == 0 {
                 let wait = ((self.emitted + 1) as f64 / rate) - started.elapsed().as_secs_f64();
-                return Ok(SourcePoll::Idle(Duration::from_secs_f64(wait.clamp(0.001, 0.1))));
+                return Ok(SourcePoll::Idle(Duration::from_secs_f64(
+                    wait.clamp(0.001, 0.1),
+                )));
             }
             n = n.min(allowed as usize);
         }
@@ -192,7 +204,11 @@ impl SourceOperator for GeneratorSource {
         ))
     }
 
-    async fn snapshot_state(&mut self, _ctx: &OperatorContext, _id: u64) -> Result<SubtaskSnapshot> {
+    async fn snapshot_state(
+        &mut self,
+        _ctx: &OperatorContext,
+        _id: u64,
+    ) -> Result<SubtaskSnapshot> {
         let mut snap = SubtaskSnapshot::default();
         for (split, next) in &self.splits {
             snap.keyed.insert(*split, encode_state(next)?);

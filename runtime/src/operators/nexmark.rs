@@ -237,7 +237,11 @@ impl NexmarkSource {
 }
 
 impl SourceOperator for NexmarkSource {
-    async fn initialize_state(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<()> {
+    async fn initialize_state(
+        &mut self,
+        ctx: &OperatorContext,
+        restored: RestoredState,
+    ) -> Result<()> {
         let base = EventGenerator::new(nexmark_config());
         for split in ctx.key_groups.clone() {
             let next = match restored.keyed.get(&split) {
@@ -253,13 +257,18 @@ impl SourceOperator for NexmarkSource {
             }
             self.generators.insert(split, g);
         }
-        self.rate = self.settings.rate_per_second.map(|r| {
-            r as f64 * self.generators.len() as f64 / f64::from(ctx.max_parallelism)
-        });
+        self.rate = self
+            .settings
+            .rate_per_second
+            .map(|r| r as f64 * self.generators.len() as f64 / f64::from(ctx.max_parallelism));
         Ok(())
     }
 
-    async fn poll_next(&mut self, _ctx: &OperatorContext, _out: &mut Collector) -> Result<SourcePoll> {
+    async fn poll_next(
+        &mut self,
+        _ctx: &OperatorContext,
+        _out: &mut Collector,
+    ) -> Result<SourcePoll> {
         if self.heap.is_empty() {
             return Ok(SourcePoll::Finished);
         }
@@ -306,7 +315,11 @@ impl SourceOperator for NexmarkSource {
         Ok(SourcePoll::Batch(b.finish()?, Some(watermark)))
     }
 
-    async fn snapshot_state(&mut self, _ctx: &OperatorContext, _id: u64) -> Result<SubtaskSnapshot> {
+    async fn snapshot_state(
+        &mut self,
+        _ctx: &OperatorContext,
+        _id: u64,
+    ) -> Result<SubtaskSnapshot> {
         let mut snap = SubtaskSnapshot::default();
         for (split, g) in &self.generators {
             snap.keyed.insert(*split, encode_state(&g.offset())?);

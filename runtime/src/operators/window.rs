@@ -83,7 +83,11 @@ fn is_float(t: &DataType) -> bool {
 }
 
 fn is_integer(t: &DataType) -> bool {
-    t.is_integer() || matches!(t, DataType::Timestamp(_, _) | DataType::Date32 | DataType::Date64)
+    t.is_integer()
+        || matches!(
+            t,
+            DataType::Timestamp(_, _) | DataType::Date32 | DataType::Date64
+        )
 }
 
 /// Normalised output type of a key column.
@@ -130,7 +134,8 @@ pub fn key_indices(uid: &str, schema: &SchemaRef, names: &[String]) -> Result<Ve
                     ),
                 )
             })?;
-            key_output_type(schema.field(i).data_type()).map_err(|e| Error::plan(uid, e.to_string()))?;
+            key_output_type(schema.field(i).data_type())
+                .map_err(|e| Error::plan(uid, e.to_string()))?;
             Ok(i)
         })
         .collect()
@@ -438,8 +443,8 @@ impl WindowOperator {
                     Arc::new(b.finish())
                 }
                 DataType::Timestamp(_, tz) => {
-                    let mut b = TimestampMillisecondBuilder::with_capacity(n)
-                        .with_timezone_opt(tz.clone());
+                    let mut b =
+                        TimestampMillisecondBuilder::with_capacity(n).with_timezone_opt(tz.clone());
                     for v in vals {
                         match v {
                             KeyValue::Int(x) => b.append_value(*x),
@@ -508,7 +513,11 @@ impl WindowOperator {
 }
 
 impl Operator for WindowOperator {
-    async fn initialize_state(&mut self, ctx: &OperatorContext, restored: RestoredState) -> Result<()> {
+    async fn initialize_state(
+        &mut self,
+        ctx: &OperatorContext,
+        restored: RestoredState,
+    ) -> Result<()> {
         for (kg, bytes) in &restored.keyed {
             let s: KeyGroupState = decode_state(&ctx.uid, bytes)?;
             for (start, end, key, accs) in s.windows {
@@ -545,13 +554,21 @@ impl Operator for WindowOperator {
                 _ => {
                     let col = batch.records.column(a.column);
                     if a.float {
-                        AggInput::F(cast(col, &DataType::Float64)?.as_primitive::<Float64Type>().clone())
+                        AggInput::F(
+                            cast(col, &DataType::Float64)?
+                                .as_primitive::<Float64Type>()
+                                .clone(),
+                        )
                     } else {
                         let c = match col.data_type() {
                             DataType::Timestamp(_, _) => cast(col, &DataType::Int64)?,
                             _ => col.clone(),
                         };
-                        AggInput::I(cast(&c, &DataType::Int64)?.as_primitive::<Int64Type>().clone())
+                        AggInput::I(
+                            cast(&c, &DataType::Int64)?
+                                .as_primitive::<Int64Type>()
+                                .clone(),
+                        )
                     }
                 }
             });
@@ -691,15 +708,20 @@ impl Operator for WindowOperator {
         self.emit(fired, out)
     }
 
-    async fn snapshot_state(&mut self, _ctx: &OperatorContext, _id: u64) -> Result<SubtaskSnapshot> {
+    async fn snapshot_state(
+        &mut self,
+        _ctx: &OperatorContext,
+        _id: u64,
+    ) -> Result<SubtaskSnapshot> {
         let mut groups: BTreeMap<u32, KeyGroupState> = BTreeMap::new();
         for ((end, start), map) in &self.windows {
             for (key, (kg, accs)) in map {
-                groups
-                    .entry(*kg)
-                    .or_default()
-                    .windows
-                    .push((*start, *end, key.clone(), accs.clone()));
+                groups.entry(*kg).or_default().windows.push((
+                    *start,
+                    *end,
+                    key.clone(),
+                    accs.clone(),
+                ));
             }
         }
         for (key, (kg, sessions)) in &self.sessions {
@@ -711,7 +733,8 @@ impl Operator for WindowOperator {
         }
         let mut snap = SubtaskSnapshot::default();
         for (kg, mut s) in groups {
-            s.windows.sort_by(|a, b| (a.1, a.0, &a.2).cmp(&(b.1, b.0, &b.2)));
+            s.windows
+                .sort_by(|a, b| (a.1, a.0, &a.2).cmp(&(b.1, b.0, &b.2)));
             s.sessions.sort_by(|a, b| a.0.cmp(&b.0));
             snap.keyed.insert(kg, encode_state(&s)?);
         }
