@@ -231,6 +231,42 @@ impl PartStream {
         self.len() == 0
     }
 
+    /// Whether writing `extra` more bytes (or closing) would upload a part of an upload that does
+    /// not exist yet: callers create it first with [`PartStream::ensure_upload`] to record it.
+    pub fn needs_upload(&self, extra: usize, closing: bool) -> bool {
+        match self {
+            PartStream::Multipart {
+                upload_id: None,
+                buf,
+                part_size,
+                ..
+            } => closing || buf.len() + extra >= *part_size,
+            _ => false,
+        }
+    }
+
+    /// Creates the multipart upload if there is none yet; returns the id when it was created.
+    pub async fn ensure_upload(
+        &mut self,
+        store: &dyn Store,
+        final_key: &str,
+    ) -> Result<Option<String>> {
+        match self {
+            PartStream::Multipart {
+                upload_id: upload_id @ None,
+                ..
+            } => {
+                let id = retry("create_multipart", STORE_ATTEMPTS, || {
+                    store.create_multipart(final_key)
+                })
+                .await?;
+                *upload_id = Some(id.clone());
+                Ok(Some(id))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// The multipart upload id, if one was created.
     pub fn upload_id(&self) -> Option<&str> {
         match self {

@@ -1,6 +1,6 @@
 //! The file sink of one subtask. See the crate documentation for the contract.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -110,6 +110,8 @@ pub struct SinkMetrics {
     pub files_committed: u64,
     /// Commits that failed (retried at the next notification or restore).
     pub commit_failures: u64,
+    /// Orphaned multipart uploads (of crashed attempts) aborted.
+    pub orphans_aborted: u64,
     /// Pending files waiting for a commit.
     pub pending_files: u64,
 }
@@ -164,6 +166,31 @@ pub struct FileSink {
     open_buckets: BTreeMap<String, i64>,
     closed_buckets: BTreeSet<String>,
     metrics: SinkMetrics,
+    instance: String,
+    marker_seq: u64,
+    /// Upload id → key of the marker this instance wrote for it.
+    markers: HashMap<String, String>,
+    orphans_checked: bool,
+}
+
+/// Where multipart upload markers live, under the base path (hidden from Hive/Spark readers).
+pub const UPLOAD_MARKERS: &str = ".streamjob/uploads";
+
+/// A marker of a multipart upload that some sink instance started (see [`FileSink`] docs).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UploadMarker {
+    /// Final key of the upload.
+    pub key: String,
+    /// Upload id.
+    pub upload_id: String,
+}
+
+fn parse_marker_key(key: &str) -> Option<(u32, &str)> {
+    let rest = key.strip_prefix(UPLOAD_MARKERS)?.strip_prefix('/')?;
+    let (sub, name) = rest.split_once('/')?;
+    let (instance, _seq) = name.rsplit_once('-')?;
+    Some((sub.parse().ok()?, instance))
 }
 
 impl std::fmt::Debug for FileSink {
@@ -183,6 +210,14 @@ fn join_key(bucket: &str, name: &str) -> String {
         name.to_string()
     } else {
         format!("{bucket}/{name}")
+    }
+}
+
+async fn drop_markers(store: &dyn Store, keys: Option<Vec<String>>) {
+    for k in keys.unwrap_or_default() {
+        if let Err(e) = store.delete(&k).await {
+            tracing::warn!(key = %k, error = %e, "could not delete an upload marker");
+        }
     }
 }
 
@@ -264,6 +299,10 @@ impl FileSink {
             open_buckets: BTreeMap::new(),
             closed_buckets: BTreeSet::new(),
             metrics: SinkMetrics::default(),
+            instance: uuid::Uuid::new_v4().simple().to_string(),
+            marker_seq: 0,
+            markers: HashMap::new(),
+            orphans_checked: false,
         })
     }
 
@@ -309,6 +348,16 @@ impl FileSink {
             }
             self.next_counter = counter_floor.max(max_next_counter(&restored));
             let store = self.store.clone();
+            // markers of earlier instances, by upload id: whoever takes an upload over drops them
+            let mut old_markers: HashMap<String, Vec<String>> = HashMap::new();
+            if store.supports_multipart() && !restored.is_empty() {
+                for o in store.list(UPLOAD_MARKERS).await? {
+                    if let Ok(m) = serde_json::from_slice::<UploadMarker>(&store.get(&o.key).await?)
+                    {
+                        old_markers.entry(m.upload_id).or_default().push(o.key);
+                    }
+                }
+            }
             for st in &restored {
                 if st.version > STATE_VERSION {
                     return Err(Error::State(format!(
@@ -319,6 +368,9 @@ impl FileSink {
                 for p in &st.pending {
                     commit(store.as_ref(), &p.final_key, &p.committable).await?;
                     self.metrics.files_committed += 1;
+                    if let Committable::Multipart { upload_id, .. } = &p.committable {
+                        drop_markers(store.as_ref(), old_markers.remove(upload_id)).await;
+                    }
                 }
                 for (b, t) in &st.open_buckets {
                     let e = self.open_buckets.entry(b.clone()).or_insert(*t);
@@ -335,13 +387,27 @@ impl FileSink {
                     )
                     .await?
                     else {
+                        if let Recoverable::Multipart {
+                            upload_id: Some(id),
+                            ..
+                        } = &f.recoverable
+                        {
+                            drop_markers(store.as_ref(), old_markers.remove(id)).await;
+                        }
                         continue;
                     };
                     if self.parts.contains_key(&f.bucket) || self.format.is_bulk() {
                         let c = stream.close(store.as_ref(), &f.final_key).await?;
                         commit(store.as_ref(), &f.final_key, &c).await?;
                         self.metrics.files_committed += 1;
+                        if let Committable::Multipart { upload_id, .. } = &c {
+                            drop_markers(store.as_ref(), old_markers.remove(upload_id)).await;
+                        }
                         continue;
+                    }
+                    if let Some(id) = stream.upload_id().map(str::to_string) {
+                        self.register_upload(&f.final_key, &id).await?;
+                        drop_markers(store.as_ref(), old_markers.remove(&id)).await;
                     }
                     let encoder = self
                         .format
@@ -436,21 +502,45 @@ impl FileSink {
                 },
             );
         }
-        let store = self.store.clone();
         let p = self
             .parts
             .get_mut(bucket)
             .ok_or_else(|| Error::State("part vanished".into()))?;
         let mut out = Vec::new();
         p.encoder.write(batch, &mut out)?;
-        self.metrics.bytes += out.len() as u64;
-        self.metrics.records += batch.num_rows() as u64;
-        p.stream.write(store.as_ref(), &p.final_key, out).await?;
         p.last_write_at = now;
-        if self.policy.should_roll_on_event(p.size()) {
+        self.metrics.records += batch.num_rows() as u64;
+        self.write_part(bucket, out).await?;
+        let roll = self
+            .parts
+            .get(bucket)
+            .is_some_and(|p| self.policy.should_roll_on_event(p.size()));
+        if roll {
             self.roll(bucket).await?;
         }
         Ok(())
+    }
+
+    /// Appends encoded bytes to the open part of `bucket`; a multipart upload is created and
+    /// recorded in a marker before its first part is uploaded.
+    async fn write_part(&mut self, bucket: &str, out: Vec<u8>) -> Result<()> {
+        let store = self.store.clone();
+        let p = self
+            .parts
+            .get_mut(bucket)
+            .ok_or_else(|| Error::State("part vanished".into()))?;
+        self.metrics.bytes += out.len() as u64;
+        if p.stream.needs_upload(out.len(), false)
+            && let Some(id) = p.stream.ensure_upload(store.as_ref(), &p.final_key).await?
+        {
+            let key = p.final_key.clone();
+            self.register_upload(&key, &id).await?;
+        }
+        let p = self
+            .parts
+            .get_mut(bucket)
+            .ok_or_else(|| Error::State("part vanished".into()))?;
+        p.stream.write(store.as_ref(), &p.final_key, out).await
     }
 
     /// In progress → pending for the part of `bucket`.
@@ -465,6 +555,11 @@ impl FileSink {
             encoder,
             ..
         } = p;
+        if stream.needs_upload(0, true)
+            && let Some(id) = stream.ensure_upload(store.as_ref(), &final_key).await?
+        {
+            self.register_upload(&final_key, &id).await?;
+        }
         let mut out = Vec::new();
         encoder.finish(&mut out)?;
         self.metrics.bytes += out.len() as u64;
@@ -642,7 +737,16 @@ impl FileSink {
                         return Err(e);
                     }
                     self.metrics.files_committed += 1;
+                    if let Committable::Multipart { upload_id, .. } = &f.committable
+                        && let Some(m) = self.markers.remove(upload_id)
+                    {
+                        drop_markers(self.store.as_ref(), Some(vec![m])).await;
+                    }
                 }
+            }
+            if !self.orphans_checked && self.store.supports_multipart() {
+                self.abort_orphans().await?;
+                self.orphans_checked = true;
             }
             self.write_success_markers().await
         }
@@ -674,6 +778,65 @@ impl FileSink {
             self.closed_buckets.remove(&b);
             self.open_buckets.remove(&b);
         }
+        Ok(())
+    }
+
+    async fn register_upload(&mut self, final_key: &str, upload_id: &str) -> Result<()> {
+        if self.markers.contains_key(upload_id) {
+            return Ok(());
+        }
+        self.marker_seq += 1;
+        let key = format!(
+            "{UPLOAD_MARKERS}/{}/{}-{}",
+            self.subtask_index, self.instance, self.marker_seq
+        );
+        let body = serde_json::to_vec(&UploadMarker {
+            key: final_key.to_string(),
+            upload_id: upload_id.to_string(),
+        })
+        .map_err(|e| Error::State(format!("upload marker: {e}")))?;
+        self.store.put(&key, Bytes::from(body)).await?;
+        self.markers.insert(upload_id.to_string(), key);
+        Ok(())
+    }
+
+    /// Aborts the uploads of dead instances of this subtask index (subtask 0 also takes indices
+    /// at or above the parallelism). Runs once, after the first checkpoint of this instance
+    /// completed: by then every subtask of the attempt has taken over what the restored state
+    /// references (and dropped those markers), and no earlier instance is still running.
+    async fn abort_orphans(&mut self) -> Result<()> {
+        let mine: BTreeSet<&str> = self
+            .parts
+            .values()
+            .filter_map(|p| p.stream.upload_id())
+            .chain(self.markers.keys().map(String::as_str))
+            .collect();
+        let mut aborted = 0;
+        for o in self.store.list(UPLOAD_MARKERS).await? {
+            let Some((sub, instance)) = parse_marker_key(&o.key) else {
+                continue;
+            };
+            let owned =
+                sub == self.subtask_index || (self.subtask_index == 0 && sub >= self.parallelism);
+            if !owned || instance == self.instance {
+                continue;
+            }
+            if let Ok(m) = serde_json::from_slice::<UploadMarker>(&self.store.get(&o.key).await?) {
+                if mine.contains(m.upload_id.as_str()) {
+                    continue;
+                }
+                match self.store.abort_multipart(&m.key, &m.upload_id).await {
+                    Ok(()) => aborted += 1,
+                    Err(e) if e.is_transient() => return Err(e),
+                    Err(e) => tracing::debug!(key = %m.key, error = %e, "orphan already gone"),
+                }
+            }
+            self.store.delete(&o.key).await?;
+        }
+        if aborted > 0 {
+            tracing::info!(aborted, "aborted orphaned multipart uploads");
+        }
+        self.metrics.orphans_aborted += aborted;
         Ok(())
     }
 

@@ -76,6 +76,10 @@ fn crash() -> Error {
 struct FaultStore {
     inner: Arc<dyn Store>,
     faults: Arc<Faults>,
+    /// Upload ids the server created (whether or not the sink saw the answer).
+    created: std::sync::Mutex<BTreeMap<String, String>>,
+    /// Upload ids the sink recorded in a marker.
+    marked: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 #[derive(Debug)]
@@ -125,7 +129,14 @@ impl Store for FaultStore {
         self.inner.supports_multipart()
     }
     async fn put(&self, key: &str, data: Bytes) -> streamjob_filesink::Result<()> {
-        guarded!(self, self.inner.put(key, data.clone()).await)
+        let r = guarded!(self, self.inner.put(key, data.clone()).await);
+        if key.starts_with(streamjob_filesink::sink::UPLOAD_MARKERS)
+            && self.inner.head(key).await.unwrap().is_some()
+        {
+            let m: streamjob_filesink::sink::UploadMarker = serde_json::from_slice(&data).unwrap();
+            self.marked.lock().unwrap().insert(m.upload_id);
+        }
+        r
     }
     async fn get(&self, key: &str) -> streamjob_filesink::Result<Bytes> {
         self.inner.get(key).await
@@ -155,7 +166,13 @@ impl Store for FaultStore {
         guarded!(self, self.inner.rename(from, to).await)
     }
     async fn create_multipart(&self, key: &str) -> streamjob_filesink::Result<String> {
-        guarded!(self, self.inner.create_multipart(key).await)
+        let go = self.faults.take()?;
+        let id = self.inner.create_multipart(key).await?;
+        self.created
+            .lock()
+            .unwrap()
+            .insert(id.clone(), key.to_string());
+        if go { Ok(id) } else { Err(crash()) }
     }
     async fn put_part(
         &self,
@@ -278,6 +295,7 @@ struct Completed {
 struct Job {
     spec: FileSinkSpec,
     store: Arc<dyn Store>,
+    fault_store: Arc<FaultStore>,
     faults: Arc<Faults>,
     checkpoint_every: usize,
     completed: Option<Completed>,
@@ -288,12 +306,16 @@ struct Job {
 impl Job {
     fn new(spec: FileSinkSpec, inner: Arc<dyn Store>, checkpoint_every: usize) -> Self {
         let faults = Faults::new();
+        let fault_store = Arc::new(FaultStore {
+            inner,
+            faults: faults.clone(),
+            created: Default::default(),
+            marked: Default::default(),
+        });
         Self {
             spec,
-            store: Arc::new(FaultStore {
-                inner,
-                faults: faults.clone(),
-            }),
+            store: fault_store.clone(),
+            fault_store,
             faults,
             checkpoint_every,
             completed: None,
@@ -493,9 +515,10 @@ fn spec(path: &str, fmt: Fmt, max_part: &str) -> FileSinkSpec {
     }
 }
 
+/// A finished data file: no path component is hidden (`.x`) or special (`_SUCCESS`).
 fn is_finished(key: &str) -> bool {
-    let name = key.rsplit('/').next().unwrap_or(key);
-    !name.starts_with('.') && !name.starts_with('_')
+    key.split('/')
+        .all(|c| !c.starts_with('.') && !c.starts_with('_'))
 }
 
 fn decode_ids(fmt: Fmt, data: Bytes) -> Vec<i64> {
@@ -932,14 +955,53 @@ async fn create_bucket(m: &Minio, bucket: &str) {
 }
 
 async fn try_create_bucket(m: &Minio, bucket: &str) -> (reqwest::StatusCode, String) {
+    signed(m, reqwest::Method::PUT, &format!("/{bucket}"), "").await
+}
+
+fn uri_encode(s: &str, keep_slash: bool) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || (keep_slash && b == b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Whether a multipart upload is still open (S3 ListParts: 200 open, 404 NoSuchUpload gone).
+async fn upload_open(m: &Minio, bucket: &str, key: &str, upload_id: &str) -> bool {
+    let path = format!("/{bucket}/{}", uri_encode(key, true));
+    let query = format!("uploadId={}", uri_encode(upload_id, false));
+    let (status, body) = signed(m, reqwest::Method::GET, &path, &query).await;
+    match status.as_u16() {
+        200 => true,
+        404 => false,
+        _ => panic!("list parts of {key}: {status} {body}"),
+    }
+}
+
+/// A SigV4-signed request without body; `query` is a single valueless key or empty.
+async fn signed(
+    m: &Minio,
+    method: reqwest::Method,
+    path: &str,
+    query: &str,
+) -> (reqwest::StatusCode, String) {
     use sha2::{Digest, Sha256};
     let host = m.endpoint.trim_start_matches("http://").to_string();
     let now = chrono::Utc::now();
     let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
     let date = now.format("%Y%m%d").to_string();
     let empty = hex::encode(Sha256::digest(b""));
+    let canonical_query = if query.is_empty() || query.contains('=') {
+        query.to_string()
+    } else {
+        format!("{query}=")
+    };
     let canonical = format!(
-        "PUT\n/{bucket}\n\nhost:{host}\nx-amz-content-sha256:{empty}\nx-amz-date:{amz_date}\n\n\
+        "{method}\n{path}\n{canonical_query}\nhost:{host}\nx-amz-content-sha256:{empty}\nx-amz-date:{amz_date}\n\n\
          host;x-amz-content-sha256;x-amz-date\n{empty}"
     );
     let scope = format!("{date}/us-east-1/s3/aws4_request");
@@ -956,8 +1018,13 @@ async fn try_create_bucket(m: &Minio, bucket: &str) -> (reqwest::StatusCode, Str
         "AWS4-HMAC-SHA256 Credential={MINIO_USER}/{scope}, \
          SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={sig}"
     );
+    let url = if query.is_empty() {
+        format!("{}{path}", m.endpoint)
+    } else {
+        format!("{}{path}?{query}", m.endpoint)
+    };
     let r = reqwest::Client::new()
-        .put(format!("{}/{bucket}", m.endpoint))
+        .request(method, url)
         .header("x-amz-date", amz_date)
         .header("x-amz-content-sha256", empty)
         .header("authorization", auth)
@@ -1002,6 +1069,34 @@ async fn minio_matrix(m: &Minio, fmt: Fmt, bucket: &str) {
         "MinIO {fmt:?}: {attempts} attempts, {files} files, {bytes} bytes, largest {largest}"
     );
     assert!(largest > 5 << 20, "no file above one 5 MiB part: {largest}");
+    // every upload the sink recorded was completed or aborted; what is left open was created
+    // by a call whose answer was lost (or killed before its marker): the bucket's
+    // AbortIncompleteMultipartUpload lifecycle rule is the safety net for those
+    let created = job.fault_store.created.lock().unwrap().clone();
+    let marked = job.fault_store.marked.lock().unwrap().clone();
+    let mut open = Vec::new();
+    for (id, key) in &created {
+        if upload_open(m, bucket, &format!("out-{fmt:?}/{key}"), id).await {
+            open.push(id.clone());
+        }
+    }
+    eprintln!(
+        "MinIO {fmt:?}: {} uploads created, {} recorded in markers, {} open at the end",
+        created.len(),
+        marked.len(),
+        open.len()
+    );
+    for id in &open {
+        assert!(
+            !marked.contains(id),
+            "recorded upload {id} was neither completed nor aborted"
+        );
+    }
+    let markers = inner
+        .list(streamjob_filesink::sink::UPLOAD_MARKERS)
+        .await
+        .unwrap();
+    assert!(markers.is_empty(), "upload markers left: {markers:?}");
 }
 
 #[tokio::test]
@@ -1026,6 +1121,10 @@ async fn minio_exactly_once_json_csv_gzip_parquet() {
             if etags.len() == 1 && tail.len() == 100
     ));
     let c = part.close(store.as_ref(), "b/f").await.unwrap();
+    let streamjob_filesink::part::Committable::Multipart { upload_id, .. } = &c else {
+        unreachable!()
+    };
+    assert!(upload_open(&m, "recommit", "x/b/f", upload_id).await);
     assert_eq!(
         store.head("b/f").await.unwrap(),
         None,
@@ -1035,6 +1134,7 @@ async fn minio_exactly_once_json_csv_gzip_parquet() {
         .await
         .unwrap();
     assert_eq!(store.head("b/f").await.unwrap(), Some((5 << 20) + 110));
+    assert!(!upload_open(&m, "recommit", "x/b/f", upload_id).await);
     assert!(
         store
             .complete_multipart(
