@@ -1260,6 +1260,16 @@ impl Ctx<'_> {
         }
         if hash != dep.spec_hash {
             match record {
+                // An aborted upgrade (no savepoint could be taken) is tried again once the job
+                // runs and a savepoint timeout has passed.
+                Some((s, to))
+                    if to == hash
+                        && s.step == Aborted
+                        && healthy
+                        && self.step_age() > self.savepoint_timeout() =>
+                {
+                    self.begin_change(&hash, &dep, healthy)
+                }
                 // This very spec was blocked, aborted or rolled back: wait for another one.
                 Some((_, to)) if to == hash => {}
                 _ => self.begin_change(&hash, &dep, healthy),
