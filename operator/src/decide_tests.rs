@@ -1862,6 +1862,7 @@ fn decision_table_inner() {
         failed.len(),
         cases.len()
     );
+    eprintln!("{} decision table cases passed", cases.len());
 }
 
 // ---------------------------------------------------------------------------------------------
