@@ -1125,6 +1125,10 @@ async fn minio_exactly_once_json_csv_gzip_parquet() {
         unreachable!()
     };
     assert!(upload_open(&m, "recommit", "x/b/f", upload_id).await);
+    let empty = store.create_multipart("b/empty").await.unwrap();
+    assert!(upload_open(&m, "recommit", "x/b/empty", &empty).await);
+    store.abort_multipart("b/empty", &empty).await.unwrap();
+    assert!(!upload_open(&m, "recommit", "x/b/empty", &empty).await);
     assert_eq!(
         store.head("b/f").await.unwrap(),
         None,
