@@ -33,8 +33,10 @@ pub enum RunState {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoredFrom {
+    #[serde(default)]
     pub kind: String,
-    pub path: String,
+    #[serde(default)]
+    pub path: Option<String>,
 }
 
 /// A completed checkpoint or savepoint.
@@ -106,7 +108,7 @@ impl JobStatus {
         match (&self.latest_checkpoint, &self.restored_from) {
             (None, _) => false,
             (Some(_), None) => true,
-            (Some(ck), Some(from)) => ck.path != from.path,
+            (Some(ck), Some(from)) => Some(&ck.path) != from.path.as_ref(),
         }
     }
 }
@@ -334,7 +336,7 @@ mod tests {
         let mut js = JobStatus::new(RunState::Running);
         js.restored_from = Some(RestoredFrom {
             kind: "checkpoint".into(),
-            path: "ck/3".into(),
+            path: Some("ck/3".into()),
         });
         js.latest_checkpoint = Some(Snapshot {
             path: "ck/3".into(),

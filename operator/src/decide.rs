@@ -505,6 +505,8 @@ pub struct PodPlan {
     pub from_savepoint: Option<String>,
     /// `--standby`: load the job graph and wait for `POST /v1/start` (shadow upgrades).
     pub standby: bool,
+    /// Start empty even if checkpoints exist (a stateless upgrade): no `--resume`.
+    pub fresh: bool,
 }
 
 /// What the controller must do, in order.
@@ -898,6 +900,9 @@ impl Ctx<'_> {
             spec: spec.clone(),
             from_savepoint: from.clone(),
             standby: false,
+            fresh: from.is_none()
+                && self.st.upgrade.is_some()
+                && spec.upgrade.mode == UpgradeMode::Stateless,
         })));
         self.st.deployment = Some(DeploymentStatus {
             spec_hash: hash.to_string(),
@@ -1114,8 +1119,17 @@ impl Ctx<'_> {
         match &pod {
             None => {
                 if self.st.phase != Some(Phase::Finished) {
+                    // The job's own checkpoints are newer than what it started from: resume
+                    // from the latest one; otherwise from its savepoint again.
+                    let checkpointed_since = self
+                        .st
+                        .last_checkpoint
+                        .as_ref()
+                        .and_then(|c| parse_time(c.time.as_deref()))
+                        .zip(parse_time(dep.started_at.as_deref()))
+                        .is_some_and(|(ck, start)| ck > start);
                     let from = match dep.started_from {
-                        StartedFrom::Savepoint => dep.path.clone(),
+                        StartedFrom::Savepoint if !checkpointed_since => dep.path.clone(),
                         _ => None,
                     };
                     let spec = self.deployed_spec().unwrap_or_else(|| self.spec.clone());
@@ -1126,6 +1140,7 @@ impl Ctx<'_> {
                         spec,
                         from_savepoint: from,
                         standby: false,
+                        fresh: false,
                     })));
                     let msg = format!(
                         "runtime pod {active} is missing; recreated it (it resumes from the latest checkpoint)"
@@ -1649,6 +1664,7 @@ impl Ctx<'_> {
                     spec: target,
                     from_savepoint: None,
                     standby: true,
+                    fresh: false,
                 })));
             }
             Some(p) => {
@@ -1806,6 +1822,7 @@ impl Ctx<'_> {
                     spec: target,
                     from_savepoint: up.savepoint.clone(),
                     standby: false,
+                    fresh: false,
                 })));
             }
             self.set_stage(Stage {
@@ -1936,6 +1953,7 @@ impl Ctx<'_> {
                     spec: target.clone(),
                     from_savepoint: up.savepoint.clone(),
                     standby: false,
+                    fresh: false,
                 })));
                 None
             }

@@ -424,7 +424,7 @@ fn new_world(now: i64, state: RunState, ck: Option<&str>) -> Observed {
     let mut j = js(state, ck);
     j.restored_from = Some(RestoredFrom {
         kind: "savepoint".into(),
-        path: "s3://b/sp/clicks/sp-1".into(),
+        path: Some("s3://b/sp/clicks/sp-1".into()),
     });
     set_job(&mut o, NEW, j);
     o
@@ -541,6 +541,34 @@ fn cases() -> Vec<Case> {
             .acts(&["CreatePod:clicks-old"])
             .conds(&["Degraded"])
             .event("PodRecreated"),
+    );
+    let mut from_sp = running();
+    from_sp.deployment.as_mut().unwrap().started_from = StartedFrom::Savepoint;
+    from_sp.deployment.as_mut().unwrap().path = Some("s3://b/sp/clicks/sp-0".into());
+    let mut o = world(100);
+    drop_pod(&mut o, OLD);
+    v.push(
+        Case::new(
+            "running from a savepoint, checkpointed since, pod missing: resume",
+            spec.clone(),
+            from_sp.clone(),
+            o.clone(),
+        )
+        .idle()
+        .acts(&["CreatePod:clicks-old"])
+        .conds(&["Degraded"]),
+    );
+    from_sp.last_checkpoint = None;
+    v.push(
+        Case::new(
+            "running from a savepoint, no checkpoint yet, pod missing: savepoint again",
+            spec.clone(),
+            from_sp,
+            o,
+        )
+        .idle()
+        .acts(&["CreatePod:clicks-old:from=s3://b/sp/clicks/sp-0"])
+        .conds(&["Degraded"]),
     );
     let mut o = world(100);
     o.pods[0].terminating = true;
