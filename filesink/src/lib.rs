@@ -10,11 +10,10 @@
 //! let store = store::open_store(&spec.path, job.storage.as_ref())?;     // once per process is fine
 //! let mut sink = FileSink::new(&spec, store, subtask, parallelism, schema,
 //!                              FileSinkOptions { event_time_column, ..Default::default() })?;
-//! // fresh start: initialize(vec![], 0)
-//! // restore:     let all = <every old subtask's SinkSubtaskState of this uid>;
-//! //              let floor = max_next_counter(&all);
-//! //              let mine = redistribute(all, parallelism)[subtask];
-//! sink.initialize(mine, floor).await?;          // commits restored pending files, resumes parts
+//! // restore: hand every subtask the states of *all* old subtasks (empty on a fresh start);
+//! // the sink takes its share and the counter floor itself:
+//! sink.initialize_union(all_old_states).await?;   // commits restored pending files, resumes parts
+//! // (or, with states already split: sink.initialize(mine, max_next_counter(&all)).await?)
 //! loop {
 //!     batch      => sink.write(&batch, now_ms, current_watermark).await?,
 //!     timer      => sink.on_processing_time(now_ms).await?,  // every bucket_check_interval() or more often
@@ -47,8 +46,18 @@
 //! - Recommit is idempotent: a commit whose store call fails counts as done exactly when the
 //!   final object exists with the expected size (HEAD), never judged by error code.
 //!
-//! Not implemented yet: compaction (a warning is logged), HDFS, aborting orphaned multipart
-//! uploads of crashed attempts (see the crate README/report).
+//! - Orphaned multipart uploads (started by an attempt that crashed before its checkpoint
+//!   completed): each upload is recorded in a marker `{base}/.streamjob/uploads/{subtask}/{instance}-{n}`
+//!   before its first part; markers are dropped on commit and by whoever takes an upload over on
+//!   restore. After its first completed checkpoint, each subtask aborts the uploads of markers of
+//!   dead instances with its index (subtask 0 also those with an index ≥ parallelism). An upload
+//!   whose creation answer was lost, or that was killed between creation and its marker, is not
+//!   recorded: configure the bucket's `AbortIncompleteMultipartUpload` lifecycle rule as well.
+//!   The `.streamjob/` directory is hidden from Hive/Spark readers (leading dot).
+//!
+//! Not implemented yet: compaction (`fileSink.compaction` is accepted and a warning is logged),
+//! HDFS (`open_store` rejects `hdfs://`), cleanup of hidden temporary files of crashed attempts on
+//! local file systems (they are invisible to readers but take space).
 
 pub mod bucket;
 pub mod error;

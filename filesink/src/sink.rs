@@ -213,12 +213,14 @@ fn join_key(bucket: &str, name: &str) -> String {
     }
 }
 
-async fn drop_markers(store: &dyn Store, keys: Option<Vec<String>>) {
+/// Deletes upload markers. In `initialize` a failure is fatal (the attempt is retried): a marker
+/// of a dead instance left on an upload that this instance took over would let the orphan
+/// cleanup abort a live upload.
+async fn drop_markers(store: &dyn Store, keys: Option<Vec<String>>) -> Result<()> {
     for k in keys.unwrap_or_default() {
-        if let Err(e) = store.delete(&k).await {
-            tracing::warn!(key = %k, error = %e, "could not delete an upload marker");
-        }
+        store.delete(&k).await?;
     }
+    Ok(())
 }
 
 impl FileSink {
@@ -324,6 +326,20 @@ impl FileSink {
         &self.store
     }
 
+    /// Starts the subtask from the states of *all* old subtasks of this sink (the union; empty on
+    /// a fresh start): takes its share (old subtask `i` → new subtask `i % parallelism`, as
+    /// [`redistribute`]) and the counter floor ([`max_next_counter`]) itself. The simplest correct
+    /// call for a runtime that can hand every subtask the same list.
+    pub async fn initialize_union(&mut self, all: Vec<SinkSubtaskState>) -> Result<()> {
+        let floor = max_next_counter(&all);
+        let p = self.parallelism.max(1);
+        let mine = all
+            .into_iter()
+            .filter(|s| s.subtask_index % p == self.subtask_index)
+            .collect();
+        self.initialize(mine, floor).await
+    }
+
     /// Starts the subtask. `restored`: the states handed to this subtask (empty on a fresh start;
     /// several after a rescale, see [`redistribute`]). `counter_floor`: [`max_next_counter`] over
     /// the states of *all* old subtasks, so that part names never repeat.
@@ -369,7 +385,7 @@ impl FileSink {
                     commit(store.as_ref(), &p.final_key, &p.committable).await?;
                     self.metrics.files_committed += 1;
                     if let Committable::Multipart { upload_id, .. } = &p.committable {
-                        drop_markers(store.as_ref(), old_markers.remove(upload_id)).await;
+                        drop_markers(store.as_ref(), old_markers.remove(upload_id)).await?;
                     }
                 }
                 for (b, t) in &st.open_buckets {
@@ -392,7 +408,7 @@ impl FileSink {
                             ..
                         } = &f.recoverable
                         {
-                            drop_markers(store.as_ref(), old_markers.remove(id)).await;
+                            drop_markers(store.as_ref(), old_markers.remove(id)).await?;
                         }
                         continue;
                     };
@@ -401,13 +417,13 @@ impl FileSink {
                         commit(store.as_ref(), &f.final_key, &c).await?;
                         self.metrics.files_committed += 1;
                         if let Committable::Multipart { upload_id, .. } = &c {
-                            drop_markers(store.as_ref(), old_markers.remove(upload_id)).await;
+                            drop_markers(store.as_ref(), old_markers.remove(upload_id)).await?;
                         }
                         continue;
                     }
                     if let Some(id) = stream.upload_id().map(str::to_string) {
                         self.register_upload(&f.final_key, &id).await?;
-                        drop_markers(store.as_ref(), old_markers.remove(&id)).await;
+                        drop_markers(store.as_ref(), old_markers.remove(&id)).await?;
                     }
                     let encoder = self
                         .format
@@ -740,7 +756,10 @@ impl FileSink {
                     if let Committable::Multipart { upload_id, .. } = &f.committable
                         && let Some(m) = self.markers.remove(upload_id)
                     {
-                        drop_markers(self.store.as_ref(), Some(vec![m])).await;
+                        // a leftover marker of a finished upload is harmless (abort → not found)
+                        if let Err(e) = self.store.delete(&m).await {
+                            tracing::warn!(key = %m, error = %e, "could not delete an upload marker");
+                        }
                     }
                 }
             }

@@ -35,6 +35,8 @@ use streamjob_filesink::{
 
 #[derive(Debug)]
 struct Faults {
+    /// While set, every mutating call fails with a transient (retryable) store error.
+    outage: AtomicBool,
     budget: AtomicI64,
     /// When the budget runs out: apply the call, then fail (response lost).
     apply_then_fail: AtomicBool,
@@ -43,6 +45,7 @@ struct Faults {
 impl Faults {
     fn new() -> Arc<Self> {
         Arc::new(Self {
+            outage: AtomicBool::new(false),
             budget: AtomicI64::new(i64::MAX),
             apply_then_fail: AtomicBool::new(false),
         })
@@ -57,6 +60,16 @@ impl Faults {
     }
     /// Ok(true): go ahead; Ok(false): apply then fail; Err: fail without applying.
     fn take(&self) -> Result<bool, Error> {
+        if self.outage.load(Ordering::SeqCst) {
+            return Err(Error::Store {
+                op: "injected outage",
+                path: String::new(),
+                source: object_store::Error::Generic {
+                    store: "test",
+                    source: "503 Service Unavailable".into(),
+                },
+            });
+        }
         let left = self.budget.fetch_sub(1, Ordering::SeqCst);
         if left > 1 {
             Ok(true)
@@ -360,6 +373,8 @@ impl Job {
             None => (Vec::new(), 0),
         };
         let floor = max_next_counter(&states);
+        let union = states.clone();
+        let use_union = parallelism == 3;
         let mut assigned = redistribute(states, parallelism);
         let mut sinks = Vec::new();
         for i in 0..parallelism {
@@ -371,8 +386,12 @@ impl Job {
                 schema(),
                 self.options.clone(),
             )?;
-            s.initialize(std::mem::take(&mut assigned[i as usize]), floor)
-                .await?;
+            if use_union {
+                s.initialize_union(union.clone()).await?;
+            } else {
+                s.initialize(std::mem::take(&mut assigned[i as usize]), floor)
+                    .await?;
+            }
             sinks.push(s);
         }
         let mut checkpoints_in_attempt = 0u32;
@@ -751,6 +770,87 @@ async fn local_no_crash_names_counters_and_visibility() {
         v
     };
     assert_eq!(all, (0..60).collect::<Vec<i64>>());
+}
+
+#[tokio::test]
+async fn store_outage_stalls_commits_and_checkpoints_without_loss_or_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn Store> = Arc::new(LocalStore::new(dir.path()));
+    let mut job = Job::new(
+        spec(dir.path().to_str().unwrap(), Fmt::Json, "1MiB"),
+        inner.clone(),
+        1000,
+    );
+    let input = input(6, 20, 10);
+    let mut sink = FileSink::new(
+        &job.spec,
+        job.store.clone(),
+        0,
+        1,
+        schema(),
+        job.options.clone(),
+    )
+    .unwrap();
+    sink.initialize(vec![], 0).await.unwrap();
+    sink.write(&input.batches[0], T0, None).await.unwrap();
+    sink.end_of_input().await.unwrap();
+    let st1 = sink.snapshot(1).await.unwrap();
+    // outage while committing: the notification fails, files stay pending and invisible
+    job.faults.outage.store(true, Ordering::SeqCst);
+    let err = sink.notify_checkpoint_complete(1).await.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert!(sink.metrics().pending_files > 0);
+    assert!(sink.metrics().commit_failures > 0);
+    assert!(
+        inner
+            .list("")
+            .await
+            .unwrap()
+            .iter()
+            .all(|o| !is_finished(&o.key))
+    );
+    // the outage stalls the next checkpoint too (a new part cannot even be opened)
+    sink.write(&input.batches[1], T0, None).await.unwrap_err();
+    job.faults.outage.store(false, Ordering::SeqCst);
+    // the runtime restores from checkpoint 1 and replays the input after it
+    drop(sink);
+    job.completed = Some(Completed {
+        checkpoint_id: 1,
+        position: 1,
+        states: vec![st1],
+    });
+    job.next_checkpoint = 2;
+    assert!(job.attempt(&input, 1, Crash::Never).await);
+    verify(inner.as_ref(), Fmt::Json, &input).await;
+    // and pending files retried by a later notification commit once the store is back
+    let dir2 = tempfile::tempdir().unwrap();
+    let inner2: Arc<dyn Store> = Arc::new(LocalStore::new(dir2.path()));
+    let job2 = Job::new(
+        spec(dir2.path().to_str().unwrap(), Fmt::Json, "1MiB"),
+        inner2.clone(),
+        1000,
+    );
+    let mut sink = FileSink::new(
+        &job2.spec,
+        job2.store.clone(),
+        0,
+        1,
+        schema(),
+        job2.options.clone(),
+    )
+    .unwrap();
+    sink.initialize(vec![], 0).await.unwrap();
+    for (i, b) in input.batches.iter().enumerate() {
+        sink.write(b, T0, None).await.unwrap();
+        sink.end_of_input().await.unwrap();
+        sink.snapshot(i as u64 + 1).await.unwrap();
+        job2.faults.outage.store(i % 2 == 0, Ordering::SeqCst);
+        let r = sink.notify_checkpoint_complete(i as u64 + 1).await;
+        assert_eq!(r.is_err(), i % 2 == 0);
+        job2.faults.outage.store(false, Ordering::SeqCst);
+    }
+    assert_eq!(sink.metrics().pending_files, 0);
+    verify(inner2.as_ref(), Fmt::Json, &input).await;
 }
 
 #[tokio::test]
