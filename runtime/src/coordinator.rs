@@ -247,6 +247,7 @@ fn spawn_attempt(
         .iter()
         .map(|s| (0..s.parallelism).map(|_| Vec::new()).collect())
         .collect();
+    #[allow(clippy::needless_range_loop)]
     for k in 1..steps.len() {
         let forward = steps[k].partition == Partition::Forward
             && steps[k].parallelism == steps[k - 1].parallelism;
@@ -300,7 +301,7 @@ fn spawn_attempt(
                 output: Output::new(std::mem::take(&mut senders[k][j]), hash.clone(), mp),
                 commands: cmd_rx,
                 events: ev_tx.clone(),
-                dead_letter: dead_letter.as_ref().map(|d| d.clone()),
+                dead_letter: dead_letter.clone(),
             };
             let events = ev_tx.clone();
             let uid = step.uid.clone();

@@ -1,6 +1,8 @@
 //! Integration tests of the `streamjob-runtime` binary: crash recovery with `--resume`, stop with
 //! savepoint and upgrade/rescale, restore refusals, golden savepoints, the control API.
 
+#![allow(clippy::unwrap_used)] // test helpers
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -153,6 +153,7 @@ pub fn column_list(schema: &SchemaRef) -> String {
 
 impl WindowPlan {
     /// Plans a window aggregation over `input`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         uid: &str,
         input: &SchemaRef,
