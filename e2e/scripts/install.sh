@@ -17,6 +17,10 @@ set -euo pipefail
 
 # ---- pins -------------------------------------------------------------------------------------
 KUBERNETES_VERSION="v1.36.3"      # k8s.io/kubernetes; staging modules at v0.36.3
+# Bump when the way the Kubernetes binaries are built changes (flags), so cached ones are rebuilt.
+# r2: version ldflags (without them the apiserver reports v0.0.0-master and helm refuses charts
+#     with a kubeVersion constraint).
+KUBERNETES_RECIPE="r2"
 ETCD_VERSION="v3.6.16"            # go.etcd.io/etcd/server/v3
 HELM_VERSION="v3.22.0"            # helm.sh/helm/v3/cmd/helm
 MINIO_VERSION="v0.0.0-20260212201848-7aac2a2c5b7c"   # github.com/minio/minio: the proxy serves no RELEASE.* tag here, only pseudo-versions; this is @latest (2026-02-12, master after the last release)
@@ -107,7 +111,14 @@ k8s_wrapper() {
 build_k8s() {
   local pkg="$1" out="$2"
   k8s_wrapper
-  (cd "$K8S_WRAPPER" && GOFLAGS="$GOFLAGS -mod=mod" go build -trimpath -ldflags "-s -w" -o "$out" "k8s.io/kubernetes/cmd/$pkg")
+  # What kubernetes' hack/lib/version.sh stamps in; the apiserver's /version comes from here.
+  local minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
+  local ldflags="-s -w" p
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags="$ldflags -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ldflags="$ldflags -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  (cd "$K8S_WRAPPER" && GOFLAGS="$GOFLAGS -mod=mod" go build -trimpath -ldflags "$ldflags" -o "$out" "k8s.io/kubernetes/cmd/$pkg")
 }
 build_kube_apiserver() { build_k8s kube-apiserver "$1"; }
 build_kube_controller_manager() { build_k8s kube-controller-manager "$1"; }
@@ -139,10 +150,10 @@ build_minio() {
 }
 
 build_one etcd "$ETCD_VERSION" etcd build_etcd
-build_one kube-apiserver "$KUBERNETES_VERSION" kube-apiserver build_kube_apiserver
-build_one kube-controller-manager "$KUBERNETES_VERSION" kube-controller-manager build_kube_controller_manager
-build_one kube-scheduler "$KUBERNETES_VERSION" kube-scheduler build_kube_scheduler
-build_one kubectl "$KUBERNETES_VERSION" kubectl build_kubectl
+build_one kube-apiserver "$KUBERNETES_VERSION-$KUBERNETES_RECIPE" kube-apiserver build_kube_apiserver
+build_one kube-controller-manager "$KUBERNETES_VERSION-$KUBERNETES_RECIPE" kube-controller-manager build_kube_controller_manager
+build_one kube-scheduler "$KUBERNETES_VERSION-$KUBERNETES_RECIPE" kube-scheduler build_kube_scheduler
+build_one kubectl "$KUBERNETES_VERSION-$KUBERNETES_RECIPE" kubectl build_kubectl
 build_one helm "$HELM_VERSION" helm build_helm
 build_one minio "$MINIO_VERSION" minio build_minio
 
@@ -150,10 +161,10 @@ ENV_FILE="$CACHE/e2e-env.sh"
 {
   echo "# written by e2e/scripts/install.sh at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "export STREAMJOB_E2E_ETCD='$CACHE/bin/etcd-$ETCD_VERSION/etcd'"
-  echo "export STREAMJOB_E2E_KUBE_APISERVER='$CACHE/bin/kube-apiserver-$KUBERNETES_VERSION/kube-apiserver'"
-  echo "export STREAMJOB_E2E_KUBE_CONTROLLER_MANAGER='$CACHE/bin/kube-controller-manager-$KUBERNETES_VERSION/kube-controller-manager'"
-  echo "export STREAMJOB_E2E_KUBE_SCHEDULER='$CACHE/bin/kube-scheduler-$KUBERNETES_VERSION/kube-scheduler'"
-  echo "export STREAMJOB_E2E_KUBECTL='$CACHE/bin/kubectl-$KUBERNETES_VERSION/kubectl'"
+  echo "export STREAMJOB_E2E_KUBE_APISERVER='$CACHE/bin/kube-apiserver-$KUBERNETES_VERSION-$KUBERNETES_RECIPE/kube-apiserver'"
+  echo "export STREAMJOB_E2E_KUBE_CONTROLLER_MANAGER='$CACHE/bin/kube-controller-manager-$KUBERNETES_VERSION-$KUBERNETES_RECIPE/kube-controller-manager'"
+  echo "export STREAMJOB_E2E_KUBE_SCHEDULER='$CACHE/bin/kube-scheduler-$KUBERNETES_VERSION-$KUBERNETES_RECIPE/kube-scheduler'"
+  echo "export STREAMJOB_E2E_KUBECTL='$CACHE/bin/kubectl-$KUBERNETES_VERSION-$KUBERNETES_RECIPE/kubectl'"
   echo "export STREAMJOB_E2E_HELM='$CACHE/bin/helm-$HELM_VERSION/helm'"
   echo "export STREAMJOB_E2E_MINIO='$CACHE/bin/minio-$MINIO_VERSION/minio'"
 } >"$ENV_FILE"

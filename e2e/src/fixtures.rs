@@ -74,6 +74,7 @@ impl EnvOptions {
 #[derive(Debug)]
 pub struct TestEnv {
     kubelet: ManagedProcess,
+    kubelet_binary: PathBuf,
     /// The S3 server.
     pub minio: Minio,
     /// The control plane.
@@ -185,6 +186,7 @@ impl TestEnv {
         tracing::info!(?start_duration, "e2e environment ready");
         Ok(Self {
             kubelet,
+            kubelet_binary: opts.kubelet_binary.clone(),
             minio,
             plane,
             bins,
@@ -294,6 +296,27 @@ impl TestEnv {
             .create(&PostParams::default(), &sec)
             .await?;
         Ok(())
+    }
+
+    /// A binary the workspace built next to the process kubelet (`streamjob-operator`,
+    /// `streamjob-runtime`); fails with a message that says how to build it.
+    pub fn workspace_binary(&self, name: &str) -> Result<PathBuf> {
+        let dir = self
+            .kubelet_binary
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let path = dir.join(name);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(Error::MissingBinary {
+                name: name.to_string(),
+                detail: format!(
+                    "{} does not exist; build it with `cargo build -p {name}` before the e2e tests",
+                    path.display()
+                ),
+            })
+        }
     }
 
     /// The kubelet's pid (its process group holds every pod process).

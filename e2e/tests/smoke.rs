@@ -503,6 +503,61 @@ async fn minio_bucket_secret_and_objects() {
     assert!(!secret.is_empty());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_chart_installs_and_operator_runs_as_pod() {
+    let env = env().await;
+    // The operator pod runs target/debug/streamjob-operator through the image mapping.
+    env.workspace_binary("streamjob-operator")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        env.kubelet_config
+            .images
+            .iter()
+            .any(|m| m.matches("streamjob/operator:0.1.0")),
+        "streamjob/operator:* is not mapped (was the operator built after the environment started?)"
+    );
+    let ns = env.namespace("operator").await.expect("namespace");
+    let out = env
+        .install_operator_chart("streamjob", &ns, &["logFormat=text"])
+        .expect("helm install");
+    eprintln!("helm: {out}");
+    let client = env.client().await.expect("client");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let list = deployments
+        .list(&ListParams::default())
+        .await
+        .expect("list deployments");
+    assert_eq!(list.items.len(), 1, "the chart makes one Deployment");
+    let name = list.items[0].metadata.name.clone().expect("name");
+    let waited = wait_for(&deployments, &name, "available replica", TIMEOUT, |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0)
+            >= 1
+    })
+    .await;
+    if let Err(e) = waited {
+        let pods = env
+            .kubectl(&["get", "pods", "-n", &ns, "-o", "yaml"], None)
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        panic!(
+            "operator Deployment not available: {e}\npods:\n{pods}\nlogs under {}",
+            env.kubelet_config.run_dir.display()
+        );
+    }
+    // The operator talks to the API server with its own ServiceAccount token (its RBAC).
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    let pod_list = pods.list(&ListParams::default()).await.expect("list pods");
+    let pod = pod_list.items.first().expect("operator pod");
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
+    assert!(pod_ready(pod), "operator pod Ready");
+}
+
 /// Runs last (tests run in name order with one thread): prints the peak memory of the plane.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zz_resource_report() {
