@@ -121,6 +121,83 @@ impl FormatKind {
     }
 }
 
+fn decompress(c: RowCompression, data: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let e = |source| Error::Io {
+        op: "decompress",
+        path: String::new(),
+        source,
+    };
+    Ok(match c {
+        RowCompression::None => data.to_vec(),
+        RowCompression::Gzip => {
+            let mut out = Vec::new();
+            flate2::read::MultiGzDecoder::new(data)
+                .read_to_end(&mut out)
+                .map_err(e)?;
+            out
+        }
+        RowCompression::Zstd => zstd::decode_all(data).map_err(e)?,
+    })
+}
+
+impl FormatKind {
+    /// Merges whole part files of this format into one (compaction): row formats are
+    /// concatenated (CSV headers after the first dropped), Parquet is decoded and re-encoded.
+    pub fn merge(&self, schema: &SchemaRef, files: &[bytes::Bytes]) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        match self {
+            FormatKind::JsonLines { .. } | FormatKind::Csv { header: false, .. } => {
+                // whole files are complete compressed streams: members/frames concatenate
+                for f in files {
+                    out.extend_from_slice(f);
+                }
+            }
+            FormatKind::Csv {
+                compression,
+                header: true,
+                ..
+            } => {
+                let mut plain = Vec::new();
+                for (i, f) in files.iter().enumerate() {
+                    let text = decompress(*compression, f)?;
+                    let body = if i == 0 {
+                        &text[..]
+                    } else {
+                        match text.iter().position(|b| *b == b'\n') {
+                            Some(nl) => &text[nl + 1..],
+                            None => &[][..],
+                        }
+                    };
+                    plain.extend_from_slice(body);
+                }
+                match Compressor::new(*compression)? {
+                    Some(mut c) => {
+                        c.write(&plain, &mut out)?;
+                        c.finish(&mut out)?;
+                    }
+                    None => out = plain,
+                }
+            }
+            FormatKind::Parquet { .. } => {
+                let mut enc = self.encoder(schema, false)?;
+                for f in files {
+                    let reader =
+                        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                            f.clone(),
+                        )?
+                        .build()?;
+                    for b in reader {
+                        enc.write(&b?, &mut out)?;
+                    }
+                }
+                enc.finish(&mut out)?;
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Encodes batches into the bytes of one part file.
 pub trait Encoder: Send {
     /// Encodes a batch; bytes ready for the file are appended to `out`.
@@ -384,6 +461,56 @@ mod tests {
             .unwrap();
         assert_eq!(s, "id,s\n1,\"a,b\"\n2,\n1,\"a,b\"\n2,\n");
         assert_eq!(f.default_suffix(), ".csv.gz");
+    }
+
+    #[test]
+    fn merge_csv_gzip_with_headers_and_parquet() {
+        let b = batch();
+        let one = |f: &FormatKind| {
+            let mut out = Vec::new();
+            let mut e = f.encoder(&b.schema(), false).unwrap();
+            e.write(&b, &mut out).unwrap();
+            e.finish(&mut out).unwrap();
+            bytes::Bytes::from(out)
+        };
+        let csv = FormatKind::Csv {
+            compression: RowCompression::Gzip,
+            header: true,
+            delimiter: b',',
+        };
+        let merged = csv
+            .merge(&b.schema(), &[one(&csv), one(&csv), one(&csv)])
+            .unwrap();
+        let mut s = String::new();
+        flate2::read::MultiGzDecoder::new(&merged[..])
+            .read_to_string(&mut s)
+            .unwrap();
+        assert_eq!(s, format!("id,s\n{}", "1,\"a,b\"\n2,\n".repeat(3)));
+        let json = FormatKind::JsonLines {
+            compression: RowCompression::Zstd,
+        };
+        let merged = json.merge(&b.schema(), &[one(&json), one(&json)]).unwrap();
+        assert_eq!(
+            zstd::decode_all(&merged[..])
+                .unwrap()
+                .split(|c| *c == b'\n')
+                .count(),
+            5
+        );
+        let pq = FormatKind::Parquet {
+            compression: ParquetCompression::Snappy,
+            row_group_size: None,
+        };
+        let merged = pq.merge(&b.schema(), &[one(&pq), one(&pq)]).unwrap();
+        let rows: usize = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            bytes::Bytes::from(merged),
+        )
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(|b| b.unwrap().num_rows())
+        .sum();
+        assert_eq!(rows, 4);
     }
 
     #[test]

@@ -55,9 +55,15 @@
 //!   recorded: configure the bucket's `AbortIncompleteMultipartUpload` lifecycle rule as well.
 //!   The `.streamjob/` directory is hidden from Hive/Spark readers (leading dot).
 //!
-//! Not implemented yet: compaction (`fileSink.compaction` is accepted and a warning is logged),
-//! HDFS (`open_store` rejects `hdfs://`), cleanup of hidden temporary files of crashed attempts on
-//! local file systems (they are invisible to readers but take space).
+//! - Compaction (`fileSink.compaction.targetSize`): at a snapshot, the pending files a bucket rolled
+//!   since the previous checkpoint that are smaller than the target are merged into one pending
+//!   file before they enter the state (row formats concatenated, CSV headers deduplicated, Parquet
+//!   re-encoded); nothing visible is ever rewritten, so exactly-once holds. Only readable pending
+//!   files are merged: temporary files (local), not multipart uploads (S3).
+//!
+//! Not implemented yet: compaction on multipart stores and across checkpoints, HDFS (`open_store`
+//! rejects `hdfs://`), cleanup of hidden temporary files of crashed attempts on local file systems
+//! (invisible to readers, but they take space).
 
 pub mod bucket;
 pub mod error;

@@ -10,7 +10,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use streamjob_crds::units::parse_duration;
+use streamjob_crds::units::{parse_duration, parse_size};
 use streamjob_crds::v1alpha1::{BucketTime, FileSinkSpec};
 use tracing::Instrument;
 
@@ -112,6 +112,8 @@ pub struct SinkMetrics {
     pub commit_failures: u64,
     /// Orphaned multipart uploads (of crashed attempts) aborted.
     pub orphans_aborted: u64,
+    /// Small pending files merged away by compaction.
+    pub files_compacted: u64,
     /// Pending files waiting for a commit.
     pub pending_files: u64,
 }
@@ -171,6 +173,7 @@ pub struct FileSink {
     /// Upload id → key of the marker this instance wrote for it.
     markers: HashMap<String, String>,
     orphans_checked: bool,
+    compaction_target: Option<u64>,
 }
 
 /// Where multipart upload markers live, under the base path (hidden from Hive/Spark readers).
@@ -274,9 +277,11 @@ impl FileSink {
                 })
             }
         };
-        if spec.compaction.is_some() {
-            tracing::warn!("fileSink.compaction is not implemented yet; files are not merged");
-        }
+        let compaction_target = spec
+            .compaction
+            .as_ref()
+            .map(|c| parse_size("compaction.targetSize", &c.target_size))
+            .transpose()?;
         Ok(Self {
             store,
             schema,
@@ -305,6 +310,7 @@ impl FileSink {
             marker_seq: 0,
             markers: HashMap::new(),
             orphans_checked: false,
+            compaction_target,
         })
     }
 
@@ -696,6 +702,7 @@ impl FileSink {
                     recoverable,
                 });
             }
+            self.compact_pending().await?;
             if !self.pending_current.is_empty() {
                 let mut cur = std::mem::take(&mut self.pending_current);
                 for f in &mut cur {
@@ -797,6 +804,75 @@ impl FileSink {
             self.closed_buckets.remove(&b);
             self.open_buckets.remove(&b);
         }
+        Ok(())
+    }
+
+    /// Compaction: before the pending files rolled since the last checkpoint enter the state,
+    /// those of a bucket smaller than the target size are merged into one new pending file and
+    /// the originals dropped. They were never visible and nothing refers to them yet, so a crash
+    /// anywhere here is recovered like any crash before the checkpoint: exactly once holds.
+    /// Only pending files that can be read back are merged (temporary files; multipart uploads
+    /// are not readable before completion and are left as they are).
+    async fn compact_pending(&mut self) -> Result<()> {
+        let Some(target) = self.compaction_target else {
+            return Ok(());
+        };
+        let mut by_bucket: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, p) in self.pending_current.iter().enumerate() {
+            if matches!(p.committable, Committable::Rename { .. }) && p.committable.size() < target
+            {
+                by_bucket.entry(p.bucket.clone()).or_default().push(i);
+            }
+        }
+        let mut drop_idx = BTreeSet::new();
+        let mut merged_files = Vec::new();
+        for (bucket, idx) in by_bucket {
+            if idx.len() < 2 {
+                continue;
+            }
+            let mut data = Vec::new();
+            for i in &idx {
+                if let Committable::Rename { temp_key, .. } = &self.pending_current[*i].committable
+                {
+                    data.push(self.store.get(temp_key).await?);
+                }
+            }
+            let merged = self.format.merge(&self.schema, &data)?;
+            let counter = self.next_counter;
+            self.next_counter += 1;
+            let name = format!(
+                "{}-{}-{}{}",
+                self.prefix, self.subtask_index, counter, self.suffix
+            );
+            let final_key = join_key(&bucket, &name);
+            let mut stream =
+                PartStream::open(self.store.as_ref(), &final_key, self.part_size).await?;
+            stream
+                .write(self.store.as_ref(), &final_key, merged)
+                .await?;
+            let committable = stream.close(self.store.as_ref(), &final_key).await?;
+            tracing::debug!(%final_key, merged = idx.len(), "compacted pending files");
+            merged_files.push(PendingFile {
+                checkpoint_id: 0,
+                bucket,
+                final_key,
+                committable,
+            });
+            drop_idx.extend(idx);
+        }
+        if drop_idx.is_empty() {
+            return Ok(());
+        }
+        let old = std::mem::take(&mut self.pending_current);
+        for (i, p) in old.into_iter().enumerate() {
+            if drop_idx.contains(&i) {
+                crate::part::discard(self.store.as_ref(), &p.final_key, &p.committable).await?;
+            } else {
+                self.pending_current.push(p);
+            }
+        }
+        self.pending_current.extend(merged_files);
+        self.metrics.files_compacted += drop_idx.len() as u64;
         Ok(())
     }
 

@@ -314,6 +314,8 @@ struct Job {
     completed: Option<Completed>,
     next_checkpoint: u64,
     options: FileSinkOptions,
+    /// Most small files merged by compaction seen in one attempt.
+    compacted: u64,
 }
 
 impl Job {
@@ -337,6 +339,7 @@ impl Job {
                 event_time_column: Some("ts".into()),
                 part_size: None,
             },
+            compacted: 0,
         }
     }
 
@@ -423,6 +426,8 @@ impl Job {
                     states.push(serde_json::from_slice(&json).unwrap());
                 }
                 checkpoints_in_attempt += 1;
+                let compacted: u64 = sinks.iter().map(|s| s.metrics().files_compacted).sum();
+                self.compacted = self.compacted.max(compacted);
                 if let Crash::Uncompleted(k) = crash
                     && k == checkpoints_in_attempt
                 {
@@ -633,15 +638,18 @@ fn plan(budgets: &[i64]) -> Vec<(u32, Crash)> {
 // Local file system
 // ---------------------------------------------------------------------------------------------
 
-async fn local_matrix(fmt: Fmt) {
+async fn local_matrix(fmt: Fmt, compaction: bool) {
     let dir = tempfile::tempdir().unwrap();
     let inner: Arc<dyn Store> = Arc::new(LocalStore::new(dir.path()));
     let input = input(60, 50, 40);
-    let mut job = Job::new(
-        spec(dir.path().to_str().unwrap(), fmt, "6KiB"),
-        inner.clone(),
-        4,
-    );
+    let max_part = if compaction { "1KiB" } else { "6KiB" };
+    let mut s = spec(dir.path().to_str().unwrap(), fmt, max_part);
+    if compaction {
+        s.compaction = Some(streamjob_crds::v1alpha1::CompactionSpec {
+            target_size: "64KiB".into(),
+        });
+    }
+    let mut job = Job::new(s, inner.clone(), 4);
     let budgets = [1, 2, 5, 9, 17, 33, 64, 120, 3, 40, 77, 250];
     let attempts = job.run(&input, &plan(&budgets)).await;
     assert!(
@@ -649,25 +657,37 @@ async fn local_matrix(fmt: Fmt) {
         "only {attempts} attempts: the crash plan did not bite"
     );
     let (files, _) = verify(inner.as_ref(), fmt, &input).await;
+    eprintln!(
+        "local {fmt:?} compaction={compaction}: {attempts} attempts, {files} files, {} merged",
+        job.compacted
+    );
     assert!(
-        files > 8,
+        files > 4,
         "expected rolling to produce many files, got {files}"
+    );
+    assert_eq!(
+        compaction,
+        job.compacted > 0,
+        "compaction merged {} files",
+        job.compacted
     );
 }
 
 #[tokio::test]
 async fn local_exactly_once_json() {
-    local_matrix(Fmt::Json).await;
+    local_matrix(Fmt::Json, false).await;
+    local_matrix(Fmt::Json, true).await;
 }
 
 #[tokio::test]
 async fn local_exactly_once_csv_gzip() {
-    local_matrix(Fmt::CsvGzip).await;
+    local_matrix(Fmt::CsvGzip, false).await;
 }
 
 #[tokio::test]
 async fn local_exactly_once_parquet() {
-    local_matrix(Fmt::Parquet).await;
+    local_matrix(Fmt::Parquet, false).await;
+    local_matrix(Fmt::Parquet, true).await;
 }
 
 #[tokio::test]
