@@ -695,6 +695,28 @@ async fn observe<C: ControlApi>(
             obs.pods.push(p);
         }
     }
+    obs.recovered_savepoint = job
+        .annotations()
+        .get(decide::ANNOTATION_RECOVERED_SAVEPOINT)
+        .cloned()
+        .filter(|p| !p.is_empty());
+    // A runtime that exited after stop-with-savepoint printed the path: read its log.
+    let status = job.status.clone().unwrap_or_default();
+    if status.pending_savepoint.as_ref().is_some_and(|p| p.stop)
+        && let Some(active) = status.deployment.as_ref().and_then(|d| d.workload.clone())
+        && let Some(p) = obs
+            .pods
+            .iter_mut()
+            .find(|p| p.name == active && p.phase == PodPhase::Succeeded && p.message.is_none())
+    {
+        let params = LogParams {
+            tail_lines: Some(50),
+            ..Default::default()
+        };
+        if let Ok(log) = pods_api.logs(&p.name, &params).await {
+            p.message = Some(log);
+        }
+    }
     obs.config_hashes = cms
         .list(&lp)
         .await?
@@ -723,7 +745,6 @@ async fn observe<C: ControlApi>(
     obs.runtime = futures::future::join_all(calls).await;
     tracing::debug!(pods = obs.pods.len(), runtime = ?obs.runtime, "observed");
     // The savepoint in flight, asked of the pod it was requested from.
-    let status = job.status.clone().unwrap_or_default();
     if let (Some(p), Some(active)) = (
         status.pending_savepoint.as_ref(),
         status.deployment.as_ref().and_then(|d| d.workload.clone()),

@@ -326,6 +326,8 @@ pub struct Observed {
     pub savepoint: Option<SavepointState>,
     /// Spec hashes of the manifest ConfigMaps that exist.
     pub config_hashes: BTreeSet<String>,
+    /// The `streamjob.io/recovered-savepoint` annotation, if set.
+    pub recovered_savepoint: Option<String>,
 }
 
 impl Observed {
@@ -337,6 +339,7 @@ impl Observed {
             runtime: Vec::new(),
             savepoint: None,
             config_hashes: BTreeSet::new(),
+            recovered_savepoint: None,
         }
     }
     pub fn pod(&self, name: &str) -> Option<&PodObs> {
@@ -483,13 +486,24 @@ pub fn savepoint_from_message(message: &str) -> Option<String> {
     struct Msg {
         savepoint: String,
     }
+    // `{"savepoint": "<path>"}` (termination message) or `savepoint: <path>` (what
+    // `streamjob-runtime` prints on stdout when it stops with a savepoint).
     message
         .lines()
         .rev()
-        .find_map(|l| serde_json::from_str::<Msg>(l.trim()).ok())
-        .map(|m| m.savepoint)
+        .find_map(|l| {
+            let l = l.trim();
+            serde_json::from_str::<Msg>(l)
+                .ok()
+                .map(|m| m.savepoint)
+                .or_else(|| l.strip_prefix("savepoint: ").map(|p| p.trim().to_string()))
+        })
         .filter(|p| !p.is_empty())
 }
+
+/// Annotation through which a human hands the operator the savepoint a stopped job wrote when
+/// the operator could not read it (the runtime exited before answering).
+pub const ANNOTATION_RECOVERED_SAVEPOINT: &str = "streamjob.io/recovered-savepoint";
 
 // ---------------------------------------------------------------------------------------------
 // Decisions
@@ -998,6 +1012,7 @@ impl Ctx<'_> {
                     .filter(|pod| pod.phase == PodPhase::Succeeded)
                     .and_then(|pod| pod.message.as_deref())
                     .and_then(savepoint_from_message);
+                let from_exit = from_exit.or_else(|| self.obs.recovered_savepoint.clone());
                 let from_status = self.active().and_then(|a| {
                     let js = self.obs.job(&a)?;
                     let sp = js.last_savepoint.as_ref()?;
@@ -1027,7 +1042,27 @@ impl Ctx<'_> {
                 let age = parse_time(Some(&p.started_at))
                     .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
                     .unwrap_or_default();
-                if age > self.savepoint_timeout() {
+                let exited = p.stop
+                    && self
+                        .active()
+                        .and_then(|a| self.obs.pod(&a))
+                        .is_some_and(|pod| pod.phase == PodPhase::Succeeded);
+                if exited {
+                    // The job stopped with a savepoint we cannot see: never give up on it (the
+                    // old job is gone), ask for the path instead.
+                    let dir = self
+                        .upgrade_spec()
+                        .unwrap_or_else(|| self.spec.clone())
+                        .savepoint_dir();
+                    let msg = format!(
+                        "the job stopped with its {} savepoint but exited before the operator could read the path; find the newest savepoint under {dir} and set the annotation {ANNOTATION_RECOVERED_SAVEPOINT}=<path> to continue",
+                        p.reason
+                    );
+                    self.degraded = Some(("SavepointPathUnknown".into(), msg.clone()));
+                    self.st.message = Some(msg);
+                    self.requeue = Duration::from_secs(10);
+                    SpPoll::InFlight
+                } else if age > self.savepoint_timeout() {
                     self.st.pending_savepoint = None;
                     let msg = format!(
                         "{} savepoint did not complete within {}",

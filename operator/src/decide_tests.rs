@@ -1196,6 +1196,33 @@ fn cases() -> Vec<Case> {
         .conds(&["Upgrading", "Ready"]),
     );
 
+    let mut o = world(100_000);
+    o.pods[0].phase = PodPhase::Succeeded;
+    o.pods[0].exit_code = Some(0);
+    o.runtime.clear();
+    v.push(
+        Case::new(
+            "savepointing: job exited, path unknown: never abort, ask",
+            img2(),
+            pending(sp.clone(), "upgrade", true),
+            o.clone(),
+        )
+        .stage("InPlace/Savepointing")
+        .conds(&["Upgrading", "Degraded"]),
+    );
+    o.recovered_savepoint = Some("s3://b/sp/clicks/savepoint-9".into());
+    v.push(
+        Case::new(
+            "savepointing: path handed over by annotation",
+            img2(),
+            pending(sp.clone(), "upgrade", true),
+            o,
+        )
+        .stage("InPlace/Stopped")
+        .conds(&["Upgrading"])
+        .event("SavepointCompleted"),
+    );
+
     // ---- Stopped (in place) ----
     let stopped = with_upgrade(
         running(),
@@ -2472,6 +2499,10 @@ fn names_are_valid_kubernetes_names() {
         Some("s3://p".into())
     );
     assert_eq!(savepoint_from_message("nothing"), None);
+    assert_eq!(
+        savepoint_from_message("job stopping\nsavepoint: /data/sp/savepoint-10-2026\n"),
+        Some("/data/sp/savepoint-10-2026".into())
+    );
 }
 
 #[test]
