@@ -567,3 +567,64 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn files_source_with_dead_letter_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::write(
+        input.join("a.jsonl"),
+        "{\"user\":\"a\",\"amount\":5,\"t\":\"2024-01-01T00:00:01Z\"}\n{\"user\":\"b\",\"amount\":7,\"t\":\"2024-01-01T00:00:02Z\"}\nnot json\n{\"user\":\"a\",\"amount\":3,\"t\":\"2024-01-01T00:00:03Z\"}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        input.join("b.jsonl"),
+        "{\"user\":\"b\",\"amount\":1,\"t\":\"2024-01-01T00:01:01Z\"}\n",
+    )
+    .unwrap();
+    let m = dir.path().join("files.yaml");
+    std::fs::write(
+        &m,
+        format!(
+            "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata: {{name: files}}\nspec:\n  image: x\n  parallelism: 2\n  deadLetterPath: {dl}\n  checkpoints: {{dir: {ck}, interval: 1s}}\n  pipeline:\n    - uid: in\n      onBadRecord: deadLetter\n      source:\n        files:\n          path: {input}\n          format: {{jsonLines: {{}}}}\n          eventTimeField: t\n          schema: [{{name: user, type: string}}, {{name: amount, type: int64}}, {{name: t, type: timestamp}}]\n    - uid: per-user\n      keyBy: [user]\n      window: {{tumbling: 1m}}\n      aggregate: {{count: true, sum: [amount]}}\n    - uid: out\n      print: {{}}\n",
+            dl = dir.path().join("dead").display(),
+            ck = dir.path().join("ck").display(),
+            input = input.display(),
+        ),
+    )
+    .unwrap();
+    let (code, lines) = start(&["run", m.to_str().unwrap()]).finish();
+    assert_eq!(code, 0);
+    let mut rows: Vec<(String, String, i64, i64)> = lines
+        .iter()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["user"].as_str().unwrap().to_string(),
+                v["window_start"].as_str().unwrap().to_string(),
+                v["count"].as_i64().unwrap(),
+                v["sum_amount"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(
+        rows,
+        vec![
+            ("a".into(), "2024-01-01T00:00:00Z".into(), 2, 8),
+            ("b".into(), "2024-01-01T00:00:00Z".into(), 1, 7),
+            ("b".into(), "2024-01-01T00:01:00Z".into(), 1, 1),
+        ]
+    );
+    let dead: String = walk(&dir.path().join("dead"))
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    assert_eq!(dead.lines().count(), 1, "{dead}");
+    assert!(
+        dead.contains("not json") && dead.contains("\"uid\":\"in\""),
+        "{dead}"
+    );
+}
