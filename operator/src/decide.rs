@@ -1012,7 +1012,12 @@ impl Ctx<'_> {
                     .filter(|pod| pod.phase == PodPhase::Succeeded)
                     .and_then(|pod| pod.message.as_deref())
                     .and_then(savepoint_from_message);
-                let from_exit = from_exit.or_else(|| self.obs.recovered_savepoint.clone());
+                // A path handed over by annotation counts once: not one already recorded.
+                let recovered = self.obs.recovered_savepoint.clone().filter(|r| {
+                    !self.st.savepoint_history.iter().any(|s| &s.path == r)
+                        && self.st.last_savepoint.as_ref().is_none_or(|s| &s.path != r)
+                });
+                let from_exit = from_exit.or(recovered);
                 let from_status = self.active().and_then(|a| {
                     let js = self.obs.job(&a)?;
                     let sp = js.last_savepoint.as_ref()?;

@@ -1211,6 +1211,21 @@ fn cases() -> Vec<Case> {
         .conds(&["Upgrading", "Degraded"]),
     );
     o.recovered_savepoint = Some("s3://b/sp/clicks/savepoint-9".into());
+    let mut used = pending(sp.clone(), "upgrade", true);
+    used.savepoint_history.push(SavepointInfo {
+        path: "s3://b/sp/clicks/savepoint-9".into(),
+        ..Default::default()
+    });
+    v.push(
+        Case::new(
+            "savepointing: a stale annotation is not used twice",
+            img2(),
+            used,
+            o.clone(),
+        )
+        .stage("InPlace/Savepointing")
+        .conds(&["Upgrading", "Degraded"]),
+    );
     v.push(
         Case::new(
             "savepointing: path handed over by annotation",
