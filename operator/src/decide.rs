@@ -1501,7 +1501,9 @@ impl Ctx<'_> {
                 kind: Shadow,
                 step: StartingStandby,
             }
-        } else if mode == UpgradeMode::Savepoint {
+        } else if mode == UpgradeMode::Savepoint
+            || (mode == UpgradeMode::LastState && self.active_running())
+        {
             Stage {
                 kind: InPlace,
                 step: Savepointing,
@@ -1678,12 +1680,31 @@ impl Ctx<'_> {
                 return;
             }
             _ if target.upgrade.mode == UpgradeMode::Savepoint => Savepointing,
+            // last-state: a savepoint while the job runs (fresher, and nothing it commits on
+            // the way out is lost), the latest checkpoint when it cannot take one.
+            _ if target.upgrade.mode == UpgradeMode::LastState && self.active_running() => {
+                Savepointing
+            }
             _ => Stopped,
         };
         self.set_stage(Stage {
             kind: s.kind,
             step: next,
         });
+    }
+
+    fn active_running(&self) -> bool {
+        self.active()
+            .and_then(|a| self.obs.job(&a))
+            .is_some_and(|j| j.state == RunState::Running)
+    }
+
+    fn last_state(&self) -> bool {
+        self.upgrade_spec()
+            .unwrap_or_else(|| self.spec.clone())
+            .upgrade
+            .mode
+            == UpgradeMode::LastState
     }
 
     fn starting_standby(&mut self) {
@@ -1781,13 +1802,17 @@ impl Ctx<'_> {
                         };
                         self.trigger(&active, reason, true, s.kind == Shadow);
                     }
-                    _ if self.step_age() > self.savepoint_timeout() => self.savepoint_impossible(
-                        s,
-                        format!(
-                            "the job is not running, so no savepoint can be taken (state {:?})",
-                            self.obs.job(&active).map(|j| j.state)
-                        ),
-                    ),
+                    _ if self.step_age() > self.savepoint_timeout()
+                        || (s.kind == InPlace && self.last_state()) =>
+                    {
+                        self.savepoint_impossible(
+                            s,
+                            format!(
+                                "the job is not running, so no savepoint can be taken (state {:?})",
+                                self.obs.job(&active).map(|j| j.state)
+                            ),
+                        )
+                    }
                     other => {
                         self.st.message = Some(format!(
                             "waiting for the job to run to take a savepoint (state {other:?}); set spec.upgrade.mode to last-state to upgrade from the latest checkpoint"
@@ -1800,6 +1825,17 @@ impl Ctx<'_> {
 
     fn savepoint_impossible(&mut self, s: Stage, why: String) {
         match s.kind {
+            InPlace if self.last_state() => {
+                self.set_stage(Stage {
+                    kind: InPlace,
+                    step: Stopped,
+                });
+                self.note(
+                    true,
+                    "UpgradeFromCheckpoint",
+                    format!("{why}; last-state: the new version starts from the latest checkpoint"),
+                );
+            }
             Suspend => {
                 // Suspend anyway; the job resumes from its latest checkpoint.
                 self.set_stage(Stage {

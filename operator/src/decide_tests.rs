@@ -910,12 +910,12 @@ fn cases() -> Vec<Case> {
         .push(plan_pod(&lastst, PodPhase::Succeeded, Some(0), None));
     v.push(
         Case::new(
-            "planning: compatible, last-state",
+            "planning: compatible, last-state, job runs: savepoint",
             mode(img2(), UpgradeMode::LastState),
-            lastst,
-            o2,
+            lastst.clone(),
+            o2.clone(),
         )
-        .stage("InPlace/Stopped")
+        .stage("InPlace/Savepointing")
         .acts(Box::leak(
             vec![Box::leak(
                 format!(
@@ -1236,6 +1236,54 @@ fn cases() -> Vec<Case> {
         .stage("InPlace/Stopped")
         .conds(&["Upgrading"])
         .event("SavepointCompleted"),
+    );
+
+    // last-state: from the latest checkpoint when no savepoint can be taken.
+    let ls = mode(img2(), UpgradeMode::LastState);
+    let mut o = world(110);
+    set_job(&mut o, OLD, js(RunState::Restarting, None));
+    let lsp = with_upgrade(running(), "InPlace/Planning", &ls, None);
+    o.pods
+        .push(plan_pod(&lsp, PodPhase::Succeeded, Some(0), None));
+    let del_lsplan: &'static str = Box::leak(
+        format!("DeletePod:{}", plan_pod_name(JOB, &hash(&ls), &ts(100))).into_boxed_str(),
+    );
+    v.push(
+        Case::new(
+            "planning: compatible, last-state, job failing: checkpoint",
+            ls.clone(),
+            lsp,
+            o,
+        )
+        .stage("InPlace/Stopped")
+        .acts(Box::leak(vec![del_lsplan].into_boxed_slice()))
+        .conds(&["Upgrading", "Degraded"]),
+    );
+    let ls_sp = with_upgrade(running(), "InPlace/Savepointing", &ls, None);
+    let mut o = world(110);
+    o.savepoint = Some(SavepointState::Failed { error: "x".into() });
+    v.push(
+        Case::new(
+            "savepointing: last-state savepoint fails, checkpoint instead",
+            ls.clone(),
+            pending(ls_sp.clone(), "upgrade", true),
+            o,
+        )
+        .stage("InPlace/Stopped")
+        .conds(&["Upgrading", "Ready"])
+        .event("UpgradeFromCheckpoint"),
+    );
+    let mut o = world(110);
+    set_job(&mut o, OLD, js(RunState::Failed, None));
+    v.push(
+        Case::new(
+            "savepointing: last-state, job stopped running, checkpoint at once",
+            ls.clone(),
+            ls_sp,
+            o,
+        )
+        .stage("InPlace/Stopped")
+        .conds(&["Upgrading", "Degraded"]),
     );
 
     // ---- Stopped (in place) ----
