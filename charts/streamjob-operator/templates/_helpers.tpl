@@ -45,6 +45,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete", "patch"]
+# Plan results and savepoint paths of exited runtime pods are read from their logs.
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 - apiGroups: [""]
   resources: ["configmaps", "secrets", "services"]
   verbs: ["get", "list", "watch", "create", "delete", "patch", "update"]
