@@ -31,6 +31,16 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// An HDFS call failed.
+    #[error("hdfs {op} {path}: {message}")]
+    Hdfs {
+        op: &'static str,
+        path: String,
+        /// I/O and data transfer errors (retryable).
+        transient: bool,
+        message: String,
+    },
+
     /// The store does not offer this operation (for example multipart uploads on a local disk).
     #[error("store {store} does not support {op}")]
     Unsupported { store: String, op: &'static str },
@@ -88,6 +98,7 @@ impl Error {
                     | std::io::ErrorKind::ConnectionRefused
             ),
             Error::ConnectionTimeout { .. } => true,
+            Error::Hdfs { transient, .. } => *transient,
             _ => false,
         }
     }

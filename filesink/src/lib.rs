@@ -68,6 +68,8 @@
 pub mod bucket;
 pub mod error;
 pub mod format;
+#[cfg(feature = "hdfs")]
+pub mod hdfs;
 pub mod part;
 pub mod rolling;
 pub mod sink;

@@ -374,7 +374,7 @@ impl PartStream {
                 temp_key,
                 len,
             } => {
-                file.sync().await?;
+                file.close().await?;
                 Ok(Committable::Rename {
                     temp_key,
                     size: len,

@@ -55,6 +55,10 @@ pub trait TempFile: Send + fmt::Debug {
     async fn write(&mut self, data: &[u8]) -> Result<()>;
     /// Makes everything written so far durable (fsync; hsync on HDFS).
     async fn sync(&mut self) -> Result<()>;
+    /// Makes it durable and closes it (before it is renamed).
+    async fn close(&mut self) -> Result<()> {
+        self.sync().await
+    }
 }
 
 /// Storage rooted at a base path, addressed with relative `/`-separated keys.
@@ -664,6 +668,28 @@ impl Store for LimitedStore {
 // Construction from a manifest
 // ---------------------------------------------------------------------------------------------
 
+#[cfg(feature = "hdfs")]
+fn open_hdfs(rest: &str, storage: Option<&StorageSpec>) -> Result<Arc<dyn Store>> {
+    // hdfs://namenode:port/path, or hdfs:///path with storage.hdfs.nameNode
+    let (authority, dir) = rest.split_once('/').unwrap_or((rest, ""));
+    let name_node = if authority.is_empty() {
+        storage
+            .and_then(|s| s.hdfs.as_ref())
+            .map(|h| h.name_node.clone())
+            .ok_or_else(|| Error::Config("hdfs:///path needs storage.hdfs.nameNode".into()))?
+    } else {
+        format!("hdfs://{authority}")
+    };
+    Ok(Arc::new(crate::hdfs::HdfsStore::new(&name_node, dir)?))
+}
+
+#[cfg(not(feature = "hdfs"))]
+fn open_hdfs(rest: &str, _storage: Option<&StorageSpec>) -> Result<Arc<dyn Store>> {
+    Err(Error::Config(format!(
+        "hdfs://{rest}: this build of the file sink has no HDFS support (feature `hdfs`)"
+    )))
+}
+
 /// Splits `s3://bucket/prefix` into bucket and prefix.
 pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
     let rest = url
@@ -720,10 +746,8 @@ pub fn open_store(path: &str, storage: Option<&StorageSpec>) -> Result<Arc<dyn S
             source: e,
         })?;
         Arc::new(S3Store::new(client, bucket, &prefix))
-    } else if path.starts_with("hdfs://") {
-        return Err(Error::Config(format!(
-            "{path}: HDFS is not supported by this build of the file sink yet"
-        )));
+    } else if let Some(rest) = path.strip_prefix("hdfs://") {
+        open_hdfs(rest, storage)?
     } else if let Some(local) = path.strip_prefix("file://") {
         Arc::new(LocalStore::new(local))
     } else if path.contains("://") {

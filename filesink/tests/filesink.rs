@@ -120,6 +120,14 @@ impl TempFile for FaultTemp {
             Err(crash())
         }
     }
+    async fn close(&mut self) -> streamjob_filesink::Result<()> {
+        if self.faults.take()? {
+            self.inner.close().await
+        } else {
+            self.inner.close().await?;
+            Err(crash())
+        }
+    }
 }
 
 macro_rules! guarded {
@@ -1291,5 +1299,98 @@ async fn minio_exactly_once_json_csv_gzip_parquet() {
         let bucket = format!("sink{i}");
         create_bucket(&m, &bucket).await;
         minio_matrix(&m, fmt, &bucket).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HDFS (feature `hdfs`): a MiniDFS cluster from the hadoop-client-minicluster Maven artifact
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(feature = "hdfs")]
+struct MiniDfs {
+    child: tokio::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+#[cfg(feature = "hdfs")]
+impl Drop for MiniDfs {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+#[cfg(feature = "hdfs")]
+async fn start_minidfs() -> MiniDfs {
+    use tokio::io::AsyncBufReadExt;
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/minidfs");
+    let dir = tempfile::tempdir().unwrap();
+    let cp_file = dir.path().join("cp.txt");
+    let mvn = std::process::Command::new("mvn")
+        .args(["-q", "-B", "dependency:build-classpath"])
+        .arg(format!("-Dmdep.outputFile={}", cp_file.display()))
+        .arg("-f")
+        .arg(src.join("pom.xml"))
+        .status()
+        .expect("the HDFS test needs Maven (mvn) and Java");
+    assert!(
+        mvn.success(),
+        "mvn could not resolve hadoop-client-minicluster"
+    );
+    let cp = std::fs::read_to_string(&cp_file).unwrap();
+    let classes = dir.path().join("classes");
+    let javac = std::process::Command::new("javac")
+        .arg("-cp")
+        .arg(cp.trim())
+        .arg("-d")
+        .arg(&classes)
+        .arg(src.join("MiniDfs.java"))
+        .status()
+        .unwrap();
+    assert!(javac.success());
+    let mut child = tokio::process::Command::new("java")
+        .arg("-cp")
+        .arg(format!("{}:{}", classes.display(), cp.trim()))
+        .arg("MiniDfs")
+        .arg(dir.path().join("base"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(std::time::Duration::from_secs(180), async {
+        while let Some(l) = lines.next_line().await.unwrap() {
+            if let Some(u) = l.strip_prefix("READY ") {
+                return u.to_string();
+            }
+        }
+        panic!("MiniDFS exited before it was ready");
+    })
+    .await
+    .expect("MiniDFS did not start within 180 s");
+    MiniDfs {
+        child,
+        url,
+        _dir: dir,
+    }
+}
+
+#[cfg(feature = "hdfs")]
+#[tokio::test]
+async fn hdfs_exactly_once_json_csv_gzip_parquet() {
+    let dfs = start_minidfs().await;
+    for fmt in [Fmt::Json, Fmt::CsvGzip, Fmt::Parquet] {
+        let root = format!("/sink-{fmt:?}");
+        let inner: Arc<dyn Store> =
+            Arc::new(streamjob_filesink::hdfs::HdfsStore::new(&dfs.url, &root).unwrap());
+        let input = input(24, 50, 40);
+        let mut job = Job::new(spec(&root, fmt, "6KiB"), inner.clone(), 4);
+        let budgets = [1, 2, 5, 9, 17, 33, 3, 40];
+        let attempts = job.run(&input, &plan(&budgets)).await;
+        let (files, bytes) = verify(inner.as_ref(), fmt, &input).await;
+        eprintln!("HDFS {fmt:?}: {attempts} attempts, {files} files, {bytes} bytes");
+        assert!(attempts >= 6, "only {attempts} attempts");
     }
 }
