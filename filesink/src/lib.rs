@@ -61,9 +61,14 @@
 //!   re-encoded); nothing visible is ever rewritten, so exactly-once holds. Only readable pending
 //!   files are merged: temporary files (local), not multipart uploads (S3).
 //!
-//! Not implemented yet: compaction on multipart stores and across checkpoints, HDFS (`open_store`
-//! rejects `hdfs://`), cleanup of hidden temporary files of crashed attempts on local file systems
-//! (invisible to readers, but they take space).
+//! - HDFS (`hdfs://namenode:port/path`, or `hdfs:///path` with `storage.hdfs.nameNode`) needs the
+//!   cargo feature `hdfs` (hdfs-native, pure Rust): temporary file hsynced at checkpoints, closed
+//!   and renamed on commit; on restore the crashed writer's lease is recovered and bytes after the
+//!   checkpointed length are dropped by rewriting the file (no truncate).
+//!
+//! Not implemented yet: compaction on multipart stores and across checkpoints, cleanup of hidden
+//! temporary files of crashed attempts on local file systems and HDFS (invisible to readers, but
+//! they take space).
 
 pub mod bucket;
 pub mod error;
