@@ -1394,3 +1394,91 @@ async fn hdfs_exactly_once_json_csv_gzip_parquet() {
         assert!(attempts >= 6, "only {attempts} attempts");
     }
 }
+
+#[tokio::test]
+async fn counters_continue_above_every_old_subtask_after_rescale() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(LocalStore::new(dir.path()));
+    let mut s = spec(dir.path().to_str().unwrap(), Fmt::Json, "1MiB");
+    s.bucket_assigner = Some(BucketAssignerSpec {
+        base_path: Some(streamjob_crds::v1alpha1::EmptySpec {}),
+        ..Default::default()
+    });
+    let input = input(12, 10, 10);
+    // old job: 2 subtasks; subtask 1 rolls many more files than subtask 0
+    let mut states = Vec::new();
+    for sub in 0..2u32 {
+        let mut sink = FileSink::new(
+            &s,
+            store.clone(),
+            sub,
+            2,
+            schema(),
+            FileSinkOptions::default(),
+        )
+        .unwrap();
+        sink.initialize(vec![], 0).await.unwrap();
+        let n = if sub == 0 { 1 } else { 5 };
+        for b in &input.batches[sub as usize * 5..sub as usize * 5 + n] {
+            sink.write(b, T0, None).await.unwrap();
+            sink.end_of_input().await.unwrap();
+        }
+        sink.write(&input.batches[10 + sub as usize], T0, None)
+            .await
+            .unwrap();
+        states.push(sink.snapshot(1).await.unwrap());
+    }
+    assert_eq!(states[0].next_counter, 2);
+    assert_eq!(states[1].next_counter, 6);
+    // new job: 3 subtasks, every one gets the union
+    let mut names = Vec::new();
+    for sub in 0..3u32 {
+        let mut sink = FileSink::new(
+            &s,
+            store.clone(),
+            sub,
+            3,
+            schema(),
+            FileSinkOptions::default(),
+        )
+        .unwrap();
+        sink.initialize_union(states.clone()).await.unwrap();
+        sink.write(&input.batches[sub as usize], T0, None)
+            .await
+            .unwrap();
+        let st = sink.snapshot(2).await.unwrap();
+        // subtask 2 has no old state but still starts above subtask 1's counters
+        let fresh: Vec<_> = st.in_progress.iter().filter(|f| f.counter >= 6).collect();
+        assert!(!fresh.is_empty() || sub < 2, "subtask {sub}: {st:?}");
+        for f in st
+            .in_progress
+            .iter()
+            .chain(st.pending.iter().map(|_| unreachable!()))
+        {
+            names.push(f.final_key.clone());
+        }
+        sink.end_of_input().await.unwrap();
+        let st = sink.snapshot(3).await.unwrap();
+        names.extend(st.pending.iter().map(|p| p.final_key.clone()));
+        sink.notify_checkpoint_complete(3).await.unwrap();
+    }
+    // old subtasks' resumed files keep their names, new files never reuse a name
+    let finished: Vec<String> = store
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .filter(|k| is_finished(k))
+        .collect();
+    let unique: std::collections::BTreeSet<_> = finished.iter().collect();
+    assert_eq!(unique.len(), finished.len());
+    assert!(
+        finished.contains(&"part-2-6.json".to_string()),
+        "{finished:?}"
+    );
+    assert!(
+        finished.iter().any(|k| k.starts_with("part-1-5")),
+        "{finished:?}"
+    );
+}
