@@ -125,6 +125,19 @@ fn lint() -> Result<(), String> {
         "-D",
         "warnings",
     ]))?;
+    // Code behind the HDFS feature is compiled only with it.
+    run(cargo().args([
+        "clippy",
+        "-p",
+        "streamjob-filesink",
+        "--features",
+        "hdfs",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     let checked_in = fs::read_to_string(root().join(CRD_PATH))
         .map_err(|e| format!("cannot read {CRD_PATH}: {e}"))?;
     if checked_in != generated_crd()? {
@@ -149,7 +162,10 @@ fn installed_tools() -> Result<Vec<(String, String)>, String> {
         .lines()
         .filter_map(|line| line.trim().strip_prefix("export "))
         .filter_map(|assignment| assignment.split_once('='))
-        .map(|(key, value)| (key.to_string(), value.trim_matches('"').to_string()))
+        .map(|(key, value)| {
+            let value = value.trim_matches(|c| c == '"' || c == '\'');
+            (key.to_string(), value.to_string())
+        })
         .collect())
 }
 
@@ -205,7 +221,10 @@ fn helm_lint() -> Result<(), String> {
     Ok(())
 }
 
+/// Unit and integration tests: the local file system, MinIO (the file sink starts its own) and a
+/// MiniDFS cluster (Java, from Maven Central) for HDFS.
 fn unit() -> Result<(), String> {
+    install()?;
     run(cargo().args(["build", "--workspace", "--locked", "--all-targets"]))?;
     run(cargo().args([
         "test",
@@ -213,6 +232,17 @@ fn unit() -> Result<(), String> {
         "--locked",
         "--exclude",
         "streamjob-e2e",
+    ]))?;
+    run(cargo().args([
+        "test",
+        "--locked",
+        "-p",
+        "streamjob-filesink",
+        "--features",
+        "hdfs",
+        "--test",
+        "filesink",
+        "hdfs",
     ]))
 }
 
