@@ -1320,56 +1320,35 @@ impl Drop for MiniDfs {
     }
 }
 
+/// Starts the project's MiniDFS launcher (`tools/minidfs`, Hadoop's MiniDFSCluster from Maven
+/// Central, loopback only). It stops by itself when its stdin closes, so a test that dies leaves
+/// no JVM behind.
 #[cfg(feature = "hdfs")]
 async fn start_minidfs() -> MiniDfs {
     use tokio::io::AsyncBufReadExt;
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/minidfs");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/minidfs/minidfs.sh");
     let dir = tempfile::tempdir().unwrap();
-    let cp_file = dir.path().join("cp.txt");
-    let mvn = std::process::Command::new("mvn")
-        .args(["-q", "-B", "dependency:build-classpath"])
-        .arg(format!("-Dmdep.outputFile={}", cp_file.display()))
-        .arg("-f")
-        .arg(src.join("pom.xml"))
-        .status()
-        .expect("the HDFS test needs Maven (mvn) and Java");
-    assert!(
-        mvn.success(),
-        "mvn could not resolve hadoop-client-minicluster"
-    );
-    let cp = std::fs::read_to_string(&cp_file).unwrap();
-    let classes = dir.path().join("classes");
-    let javac = std::process::Command::new("javac")
-        .arg("-cp")
-        .arg(cp.trim())
-        .arg("-d")
-        .arg(&classes)
-        .arg(src.join("MiniDfs.java"))
-        .status()
-        .unwrap();
-    assert!(javac.success());
-    let mut child = tokio::process::Command::new("java")
-        .arg("-cp")
-        .arg(format!("{}:{}", classes.display(), cp.trim()))
-        .arg("MiniDfs")
-        .arg(dir.path().join("base"))
+    let mut child = tokio::process::Command::new("bash")
+        .arg(&script)
+        .arg(dir.path())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
         .kill_on_drop(true)
         .spawn()
-        .unwrap();
+        .expect("the HDFS test needs bash, Java and Maven (tools/minidfs/minidfs.sh)");
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = tokio::time::timeout(std::time::Duration::from_secs(180), async {
-        while let Some(l) = lines.next_line().await.unwrap() {
-            if let Some(u) = l.strip_prefix("READY ") {
-                return u.to_string();
+    let url = tokio::time::timeout(std::time::Duration::from_secs(300), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(url) = line.strip_prefix("MINIDFS_READY ") {
+                return url.to_string();
             }
         }
-        panic!("MiniDFS exited before it was ready");
+        panic!("MiniDFS exited before it was ready (see its stderr above)");
     })
     .await
-    .expect("MiniDFS did not start within 180 s");
+    .expect("MiniDFS did not start within 300 s");
     MiniDfs {
         child,
         url,
