@@ -679,7 +679,6 @@ async fn run_streamjob(env: &'static TestEnv, name: &str, sink: &str) -> (String
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "blocked on operator/runtime: the runtime pod runs and is Ready, but the operator reports RuntimeUnreachable: `runtime control API: bad /v1/status body: error decoding response body`"]
 async fn streamjob_with_print_sink_reaches_running() {
     let env = env().await;
     let (ns, _) = run_streamjob(env, "gen-to-print", "print").await;
@@ -690,7 +689,6 @@ async fn streamjob_with_print_sink_reaches_running() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "blocked on the runtime: `fileSink is not available in this runtime build yet` (remove once the file sink lands)"]
 async fn streamjob_reaches_running_and_writes_finished_files_to_minio() {
     let env = env().await;
     let (_, bucket) = run_streamjob(env, "gen-to-s3", "fileSink").await;
