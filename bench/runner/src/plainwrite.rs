@@ -50,7 +50,8 @@ pub fn table_schema(table: Table) -> SchemaRef {
                     FieldType::Bool => DataType::Boolean,
                     FieldType::Timestamp => DataType::Int64,
                 };
-                Field::new(*name, dt, false)
+                // empty CSV fields read as null (the input has empty `extra` strings)
+                Field::new(*name, dt, *t == FieldType::String)
             })
             .collect::<Vec<_>>(),
     ))
