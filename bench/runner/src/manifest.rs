@@ -34,7 +34,7 @@ pub struct JobPaths<'a> {
 
 /// `10000` → `10s`, `2500` → `2500ms`.
 pub fn duration_ms(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
