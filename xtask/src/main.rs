@@ -265,10 +265,12 @@ fn e2e() -> Result<(), String> {
     ]))
 }
 
+/// The engine's own Nexmark benchmark, then the side-by-side run against Apache Flink
+/// (bench/runner: same input files, same queries, output checked equal, ratios in one run).
 fn bench(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");
-    let mut command = cargo();
-    command.args([
+    let mut engine = cargo();
+    engine.args([
         "run",
         "--release",
         "--locked",
@@ -280,7 +282,20 @@ fn bench(args: &[String]) -> Result<(), String> {
         "bench",
     ]);
     if quick {
-        command.arg("--quick");
+        engine.args(["--seconds", "5"]);
     }
-    run(&mut command)
+    run(&mut engine)?;
+    let mut side_by_side = cargo();
+    side_by_side.args([
+        "run",
+        "--release",
+        "--locked",
+        "-p",
+        "streamjob-bench",
+        "--",
+    ]);
+    if quick {
+        side_by_side.arg("--quick");
+    }
+    run(&mut side_by_side)
 }
