@@ -503,12 +503,24 @@ pub async fn run_operator(
         let mut start = 0usize;
         let mut out = Collector::default();
         let mut last_barrier: Option<u64> = None;
+        // The notification of the final checkpoint can overtake the `End` markers that follow its
+        // barrier (commands are served first); remember it so the subtask still ends.
+        let mut notified: Option<u64> = None;
         let timer_every = op.timer_interval();
         let mut timer = tokio::time::interval(timer_every.unwrap_or(Duration::from_secs(3600)));
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         timer.tick().await;
         loop {
             if aligner.all_ended() {
+                if let (Some(n), Some(b)) = (notified, last_barrier)
+                    && n >= b
+                {
+                    let _ = setup.events.send(TaskEvent::Finished {
+                        step: setup.step,
+                        subtask: ctx.subtask,
+                    });
+                    return Ok(());
+                }
                 // wait for the notification of the last snapshot, then end
                 match setup.commands.recv().await {
                     Some(TaskCommand::NotifyComplete(id)) => {
@@ -532,6 +544,7 @@ pub async fn run_operator(
                     match c {
                         Some(TaskCommand::NotifyComplete(id)) => {
                             op.notify_checkpoint_complete(&ctx, id).await?;
+                            notified = notified.max(Some(id));
                         }
                         Some(TaskCommand::TriggerBarrier(_)) => {}
                         None => return Err(Error::Cancelled("coordinator is gone".into())),
