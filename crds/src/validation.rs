@@ -332,15 +332,12 @@ impl StreamJobSpec {
 }
 
 fn validate_source(uid: &str, source: &SourceSpec, problems: &mut Vec<String>) {
-    let count = [
+    let count = count_set(&[
         source.generator.is_some(),
         source.nexmark.is_some(),
         source.files.is_some(),
         source.kafka.is_some(),
-    ]
-    .into_iter()
-    .filter(|set| *set)
-    .count();
+    ]);
     if count != 1 {
         problems.push(format!(
             "spec.pipeline[{uid}].source: set exactly one of generator, nexmark, files or kafka"
@@ -413,14 +410,11 @@ fn validate_window_aggregate(
             "spec.pipeline[{uid}].keyBy: name at least one key column"
         ));
     }
-    let kinds = [
+    let kinds = count_set(&[
         window.tumbling.is_some(),
         window.sliding.is_some(),
         window.session.is_some(),
-    ]
-    .into_iter()
-    .filter(|set| *set)
-    .count();
+    ]);
     if kinds != 1 {
         problems.push(format!(
             "spec.pipeline[{uid}].window: set exactly one of tumbling, sliding or session"
@@ -441,15 +435,13 @@ fn validate_window_aggregate(
             &format!("spec.pipeline[{uid}].window.sliding.slide"),
             &sliding.slide,
         );
-        if let (Ok(()), Ok(())) = (&size, &slide) {
-            let size = parse_duration("", &sliding.size).unwrap_or_default();
-            let slide = parse_duration("", &sliding.slide).unwrap_or_default();
-            if slide > size {
-                problems.push(format!(
-                    "spec.pipeline[{uid}].window.sliding: slide ({}) must not exceed size ({}): records would fall between windows",
-                    sliding.slide, sliding.size
-                ));
-            }
+        if let (Ok(size), Ok(slide)) = (&size, &slide)
+            && slide > size
+        {
+            problems.push(format!(
+                "spec.pipeline[{uid}].window.sliding: slide ({}) must not exceed size ({}): records would fall between windows",
+                sliding.slide, sliding.size
+            ));
         }
         collect(problems, size);
         collect(problems, slide);
@@ -485,14 +477,11 @@ fn validate_window_aggregate(
 }
 
 fn validate_file_sink(uid: &str, sink: &FileSinkSpec, problems: &mut Vec<String>) {
-    let formats = [
+    let formats = count_set(&[
         sink.format.json_lines.is_some(),
         sink.format.csv.is_some(),
         sink.format.parquet.is_some(),
-    ]
-    .into_iter()
-    .filter(|set| *set)
-    .count();
+    ]);
     if formats != 1 {
         problems.push(format!(
             "spec.pipeline[{uid}].fileSink.format: set exactly one of jsonLines, csv or parquet"
@@ -506,14 +495,11 @@ fn validate_file_sink(uid: &str, sink: &FileSinkSpec, problems: &mut Vec<String>
         ));
     }
     if let Some(assigner) = &sink.bucket_assigner {
-        let kinds = [
+        let kinds = count_set(&[
             assigner.date_time.is_some(),
             assigner.base_path.is_some(),
             assigner.field.is_some(),
-        ]
-        .into_iter()
-        .filter(|set| *set)
-        .count();
+        ]);
         if kinds != 1 {
             problems.push(format!(
                 "spec.pipeline[{uid}].fileSink.bucketAssigner: set exactly one of dateTime, basePath or field"
@@ -619,23 +605,29 @@ fn duration(field: &str, value: &str) -> Result<()> {
     parse_duration(field, value).map(|_| ())
 }
 
-fn positive_duration(field: &str, value: &str) -> Result<()> {
-    if parse_duration(field, value)?.is_zero() {
+fn positive_duration(field: &str, value: &str) -> Result<std::time::Duration> {
+    let duration = parse_duration(field, value)?;
+    if duration.is_zero() {
         return Err(Error::Invalid(vec![format!(
             "{field}: must be longer than 0s"
         )]));
     }
-    Ok(())
+    Ok(duration)
 }
 
 fn size(field: &str, value: &str) -> Result<()> {
     parse_size(field, value).map(|_| ())
 }
 
-fn collect(problems: &mut Vec<String>, result: Result<()>) {
+fn collect<T>(problems: &mut Vec<String>, result: Result<T>) {
     match result {
-        Ok(()) => {}
+        Ok(_) => {}
         Err(Error::Invalid(mut list)) => problems.append(&mut list),
         Err(other) => problems.push(other.to_string()),
     }
+}
+
+/// How many of a set of "exactly one of" options are set.
+fn count_set(options: &[bool]) -> usize {
+    options.iter().filter(|set| **set).count()
 }
