@@ -138,6 +138,14 @@ impl Location {
         r.bytes().await.map_err(|e| self.err(rel, e))
     }
 
+    /// Reads a byte range of an object (files sources read large files chunk by chunk).
+    pub async fn get_range(&self, rel: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
+        self.store
+            .get_range(&self.path(rel), range)
+            .await
+            .map_err(|e| self.err(rel, e))
+    }
+
     /// Whether an object exists.
     pub async fn exists(&self, rel: &str) -> Result<bool> {
         match self.store.head(&self.path(rel)).await {

@@ -109,7 +109,7 @@ impl FilesSourcePlan {
                         ),
                     )
                 })?;
-                let bytes = location.get(first).await?;
+                let bytes = location.get(&first.0).await?;
                 ParquetRecordBatchReaderBuilder::try_new(bytes)?
                     .schema()
                     .clone()
@@ -153,13 +153,12 @@ impl FilesSourcePlan {
     }
 }
 
-async fn list_data_files(loc: &Location) -> Result<Vec<String>> {
+async fn list_data_files(loc: &Location) -> Result<Vec<(String, u64)>> {
     Ok(loc
         .list_files()
         .await?
         .into_iter()
-        .map(|(f, _)| f)
-        .filter(|f| {
+        .filter(|(f, _)| {
             !f.split('/')
                 .any(|part| part.starts_with('.') || part.starts_with('_'))
         })
@@ -170,19 +169,54 @@ async fn list_data_files(loc: &Location) -> Result<Vec<String>> {
 #[serde(rename_all = "camelCase")]
 struct SplitState {
     done: BTreeSet<String>,
+    /// The file being read and the rows of it emitted so far.
     current: Option<(String, u64)>,
+    /// Row formats: the byte offset of a line start at or before the position in `current`, and
+    /// the rows before it, so a restore seeks there instead of re-reading the file from its start
+    /// (absent in state written before it existed: the file is then re-read and rows skipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resume_at: Option<(u64, u64)>,
+}
+
+/// Row-format files are fetched in ranges of this size, cut at the last line end, so memory stays
+/// bounded and a checkpoint barrier never waits behind a whole file's parsing.
+const CHUNK_BYTES: u64 = 8 << 20;
+/// Rows per emitted batch.
+const BATCH_ROWS: usize = 8192;
+
+/// Incremental reader of one file.
+struct FileReader {
+    split: u32,
+    file: String,
+    size: u64,
+    /// Rows of this file emitted so far.
+    rows: u64,
+    /// Rows still to drop after a restore (they were emitted before the checkpoint).
+    skip: u64,
+    /// Row formats: offset of the first byte not yet parsed (the start of `carry`).
+    line_offset: u64,
+    /// Row formats: offset of the next range to fetch.
+    next_offset: u64,
+    /// Row formats: a line cut by the previous range.
+    carry: Vec<u8>,
+    /// Where the batches in `pending` start: (byte offset, rows before it).
+    chunk_start: (u64, u64),
+    pending: std::collections::VecDeque<RecordBatch>,
+    parquet: Option<parquet::arrow::arrow_reader::ParquetRecordBatchReader>,
 }
 
 /// A files source subtask.
 pub struct FilesSource {
     plan: FilesSourcePlan,
     splits: BTreeMap<u32, SplitState>,
-    /// (split, file) queue of discovered files not yet read.
-    queue: Vec<(u32, String)>,
-    /// The file being read: (split, file, remaining batches, rows emitted).
-    reading: Option<(u32, String, Vec<RecordBatch>, u64)>,
+    /// (split, file, size) queue of discovered files not yet read.
+    queue: Vec<(u32, String, u64)>,
+    /// The file being read.
+    reading: Option<FileReader>,
     last_discovery: Option<Instant>,
     max_ts: i64,
+    /// Range size of row-format reads ([`CHUNK_BYTES`]; small in tests to cut lines everywhere).
+    chunk_bytes: u64,
 }
 
 impl FilesSource {
@@ -195,22 +229,23 @@ impl FilesSource {
             reading: None,
             last_discovery: None,
             max_ts: i64::MIN,
+            chunk_bytes: CHUNK_BYTES,
         }
     }
 
     async fn discover(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.last_discovery = Some(Instant::now());
         let files = list_data_files(&self.plan.location).await?;
-        for f in files {
+        for (f, size) in files {
             let split = (stable_hash(f.as_bytes(), FNV_OFFSET_BASIS)
                 % u64::from(ctx.max_parallelism)) as u32;
             let Some(state) = self.splits.get(&split) else {
                 continue;
             };
-            let busy = self.reading.as_ref().is_some_and(|r| r.1 == f)
+            let busy = self.reading.as_ref().is_some_and(|r| r.file == f)
                 || self.queue.iter().any(|q| q.1 == f);
             if !state.done.contains(&f) && !busy {
-                self.queue.push((split, f));
+                self.queue.push((split, f, size));
             }
         }
         // current (partially read) files first, then by name
@@ -225,19 +260,23 @@ impl FilesSource {
         Ok(())
     }
 
-    fn parse(&self, file: &str, bytes: Bytes, out: &mut Collector) -> Result<Vec<RecordBatch>> {
-        let schema = self.plan.schema.clone();
-        match &self.plan.format {
-            FileFormat::Parquet => {
-                let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?.build()?;
-                let mut out_batches = Vec::new();
-                for b in reader {
-                    out_batches.push(b?);
-                }
-                Ok(out_batches)
-            }
+    /// Parses complete lines of a row-format file; `at_start`: these bytes begin the file (CSV
+    /// header).
+    fn parse_rows(
+        plan: &FilesSourcePlan,
+        file: &str,
+        bytes: Bytes,
+        at_start: bool,
+        out: &mut Collector,
+    ) -> Result<Vec<RecordBatch>> {
+        let schema = plan.schema.clone();
+        match &plan.format {
+            FileFormat::Parquet => Err(Error::Unsupported(format!(
+                "{file}: Parquet is not a row format"
+            ))),
             FileFormat::JsonLines => {
                 let whole = arrow::json::ReaderBuilder::new(schema.clone())
+                    .with_batch_size(BATCH_ROWS)
                     .build(Cursor::new(bytes.clone()))
                     .and_then(|r| r.collect::<std::result::Result<Vec<_>, _>>());
                 match whole {
@@ -266,8 +305,9 @@ impl FilesSource {
             }
             FileFormat::Csv { header, delimiter } => {
                 let r = arrow::csv::ReaderBuilder::new(schema)
-                    .with_header(*header)
+                    .with_header(*header && at_start)
                     .with_delimiter(*delimiter)
+                    .with_batch_size(BATCH_ROWS)
                     .build(Cursor::new(bytes))?;
                 let mut v = Vec::new();
                 for b in r {
@@ -278,6 +318,117 @@ impl FilesSource {
                 }
                 Ok(v)
             }
+        }
+    }
+
+    /// Opens a file at the position its split's state records.
+    async fn open(
+        plan: &FilesSourcePlan,
+        state: Option<SplitState>,
+        split: u32,
+        file: String,
+        size: u64,
+    ) -> Result<FileReader> {
+        let state = state.as_ref();
+        let rows = state
+            .and_then(|s| s.current.as_ref())
+            .filter(|c| c.0 == file)
+            .map_or(0, |c| c.1);
+        let (offset, rows_before) = match state.and_then(|s| s.resume_at) {
+            Some((offset, before)) if rows > 0 && before <= rows && offset <= size => {
+                (offset, before)
+            }
+            _ => (0, 0),
+        };
+        let parquet = match plan.format {
+            FileFormat::Parquet => {
+                let bytes = plan.location.get(&file).await?;
+                Some(
+                    ParquetRecordBatchReaderBuilder::try_new(bytes)?
+                        .with_batch_size(BATCH_ROWS)
+                        .build()?,
+                )
+            }
+            _ => None,
+        };
+        Ok(FileReader {
+            split,
+            file,
+            size,
+            rows: rows_before,
+            skip: rows - rows_before,
+            line_offset: offset,
+            next_offset: offset,
+            carry: Vec::new(),
+            chunk_start: (offset, rows_before),
+            pending: std::collections::VecDeque::new(),
+            parquet,
+        })
+    }
+
+    /// Refills `reader.pending`; false when the file is exhausted.
+    async fn refill(
+        plan: &FilesSourcePlan,
+        chunk_bytes: u64,
+        reader: &mut FileReader,
+        out: &mut Collector,
+    ) -> Result<bool> {
+        if let Some(p) = &mut reader.parquet {
+            return match p.next() {
+                Some(b) => {
+                    reader.pending.push_back(b?);
+                    Ok(true)
+                }
+                None => Ok(false),
+            };
+        }
+        loop {
+            if reader.next_offset >= reader.size {
+                if reader.carry.iter().all(u8::is_ascii_whitespace) {
+                    return Ok(false);
+                }
+                // the last line has no line end
+                let data = Bytes::from(std::mem::take(&mut reader.carry));
+                let at_start = reader.line_offset == 0;
+                reader.chunk_start = (reader.line_offset, reader.rows);
+                reader.line_offset = reader.size;
+                reader
+                    .pending
+                    .extend(Self::parse_rows(plan, &reader.file, data, at_start, out)?);
+                return Ok(true);
+            }
+            let end = (reader.next_offset + chunk_bytes).min(reader.size);
+            let range = plan
+                .location
+                .get_range(&reader.file, reader.next_offset..end)
+                .await?;
+            reader.next_offset = end;
+            let mut data = std::mem::take(&mut reader.carry);
+            data.extend_from_slice(&range);
+            let cut = if end == reader.size {
+                data.len()
+            } else {
+                match data.iter().rposition(|b| *b == b'\n') {
+                    Some(i) => i + 1,
+                    None => {
+                        // a line longer than a chunk: fetch more
+                        reader.carry = data;
+                        continue;
+                    }
+                }
+            };
+            reader.carry = data.split_off(cut);
+            let at_start = reader.line_offset == 0;
+            reader.chunk_start = (reader.line_offset, reader.rows);
+            reader.line_offset += cut as u64;
+            reader.pending.extend(Self::parse_rows(
+                plan,
+                &reader.file,
+                Bytes::from(data),
+                at_start,
+                out,
+            )?);
+            return Ok(true);
         }
     }
 
@@ -329,22 +480,35 @@ impl SourceOperator for FilesSource {
         out: &mut Collector,
     ) -> Result<SourcePoll> {
         loop {
-            if let Some((split, file, batches, rows)) = &mut self.reading {
-                if batches.is_empty() {
-                    let (split, file) = (*split, file.clone());
-                    if let Some(s) = self.splits.get_mut(&split) {
-                        s.done.insert(file);
+            if let Some(mut reader) = self.reading.take() {
+                let Some(mut batch) = reader.pending.pop_front() else {
+                    if Self::refill(&self.plan, self.chunk_bytes, &mut reader, out).await? {
+                        self.reading = Some(reader);
+                    } else if let Some(s) = self.splits.get_mut(&reader.split) {
+                        s.done.insert(reader.file);
                         s.current = None;
+                        s.resume_at = None;
                     }
-                    self.reading = None;
                     continue;
+                };
+                if reader.skip > 0 {
+                    // rows emitted before the restored checkpoint
+                    let n = batch.num_rows() as u64;
+                    let drop = reader.skip.min(n);
+                    reader.skip -= drop;
+                    reader.rows += drop;
+                    if drop == n {
+                        self.reading = Some(reader);
+                        continue;
+                    }
+                    batch = batch.slice(drop as usize, (n - drop) as usize);
                 }
-                let batch = batches.remove(0);
-                *rows += batch.num_rows() as u64;
-                let (split, file, rows) = (*split, file.clone(), *rows);
-                if let Some(s) = self.splits.get_mut(&split) {
-                    s.current = Some((file, rows));
+                reader.rows += batch.num_rows() as u64;
+                if let Some(s) = self.splits.get_mut(&reader.split) {
+                    s.current = Some((reader.file.clone(), reader.rows));
+                    s.resume_at = reader.parquet.is_none().then_some(reader.chunk_start);
                 }
+                self.reading = Some(reader);
                 let ts = self.event_times(&batch)?;
                 let wm = self
                     .max_ts
@@ -352,27 +516,9 @@ impl SourceOperator for FilesSource {
                 return Ok(SourcePoll::Batch(DataBatch::new(batch, ts)?, Some(wm)));
             }
             if !self.queue.is_empty() {
-                let (split, file) = self.queue.remove(0);
-                let bytes = self.plan.location.get(&file).await?;
-                let mut batches = self.parse(&file, bytes, out)?;
-                let skip = self
-                    .splits
-                    .get(&split)
-                    .and_then(|s| s.current.as_ref())
-                    .filter(|c| c.0 == file)
-                    .map_or(0, |c| c.1);
-                // drop the rows emitted before the restored position
-                let mut to_skip = skip as usize;
-                let mut rest = Vec::new();
-                for b in batches.drain(..) {
-                    if to_skip >= b.num_rows() {
-                        to_skip -= b.num_rows();
-                    } else {
-                        rest.push(b.slice(to_skip, b.num_rows() - to_skip));
-                        to_skip = 0;
-                    }
-                }
-                self.reading = Some((split, file, rest, skip));
+                let (split, file, size) = self.queue.remove(0);
+                let state = self.splits.get(&split).cloned();
+                self.reading = Some(Self::open(&self.plan, state, split, file, size).await?);
                 continue;
             }
             match self.plan.discovery {
@@ -401,5 +547,177 @@ impl SourceOperator for FilesSource {
             snap.keyed.insert(*split, encode_state(s)?);
         }
         Ok(snap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::metrics::OperatorMetrics;
+    use streamjob_crds::v1alpha1::{
+        BadRecordPolicy, CsvFormat, FieldSpec, RowFormat, SourceFormat,
+    };
+
+    fn ctx() -> OperatorContext {
+        OperatorContext {
+            uid: "in".into(),
+            subtask: 0,
+            parallelism: 1,
+            max_parallelism: 4,
+            key_groups: 0..=3,
+            bad_record_policy: BadRecordPolicy::Fail,
+            input_schema: Arc::new(Schema::empty()),
+            metrics: Arc::new(OperatorMetrics::new("in")),
+        }
+    }
+
+    async fn plan(dir: &std::path::Path, csv: bool) -> FilesSourcePlan {
+        let format = if csv {
+            SourceFormat {
+                csv: Some(CsvFormat::default()),
+                ..Default::default()
+            }
+        } else {
+            SourceFormat {
+                json_lines: Some(RowFormat::default()),
+                ..Default::default()
+            }
+        };
+        let spec = FilesSpec {
+            path: dir.to_str().unwrap().to_string(),
+            format,
+            schema: Some(vec![
+                FieldSpec {
+                    name: "id".into(),
+                    field_type: FieldType::Int64,
+                    nullable: false,
+                },
+                FieldSpec {
+                    name: "name".into(),
+                    field_type: FieldType::String,
+                    nullable: false,
+                },
+            ]),
+            discovery_interval: None,
+            event_time_field: Some("id".into()),
+        };
+        FilesSourcePlan::new("in", &spec, None, 0).await.unwrap()
+    }
+
+    /// Two files of `rows` records each (the last line of one without a line end).
+    fn write_files(dir: &std::path::Path, rows: i64, csv: bool) -> Vec<i64> {
+        let mut ids = Vec::new();
+        for (f, base) in [("a", 0i64), ("b", 1_000_000)] {
+            let mut text = if csv {
+                "id,name\n".to_string()
+            } else {
+                String::new()
+            };
+            for i in 0..rows {
+                let id = base + i;
+                ids.push(id);
+                // names of varying length so ranges cut lines at every position
+                let name = format!("n{}", "x".repeat((i % 17) as usize));
+                if csv {
+                    text.push_str(&format!("{id},{name}\n"));
+                } else {
+                    text.push_str(&format!("{{\"id\":{id},\"name\":\"{name}\"}}\n"));
+                }
+            }
+            if f == "b" {
+                text.pop();
+            }
+            std::fs::write(dir.join(format!("{f}.data")), text).unwrap();
+        }
+        ids
+    }
+
+    async fn source(p: &FilesSourcePlan, restored: RestoredState) -> FilesSource {
+        let mut s = FilesSource::new(p.clone());
+        s.chunk_bytes = 61;
+        s.initialize_state(&ctx(), restored).await.unwrap();
+        s
+    }
+
+    /// Polls up to `limit` batches; the ids read, and whether the source finished.
+    async fn read(s: &mut FilesSource, limit: usize) -> (Vec<i64>, bool) {
+        let mut ids = Vec::new();
+        let mut out = Collector::default();
+        for _ in 0..limit {
+            match s.poll_next(&ctx(), &mut out).await.unwrap() {
+                SourcePoll::Batch(b, _) => {
+                    let col = b.records.column(0).as_primitive::<Int64Type>();
+                    ids.extend(col.values().iter().copied());
+                }
+                SourcePoll::Finished => return (ids, true),
+                SourcePoll::Idle(_) => unreachable!("no discovery"),
+            }
+        }
+        assert!(out.bad_records.is_empty(), "{:?}", out.bad_records);
+        (ids, false)
+    }
+
+    async fn restore_everywhere(csv: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let expected = write_files(dir.path(), 300, csv);
+        let p = plan(dir.path(), csv).await;
+        let mut s = source(&p, RestoredState::default()).await;
+        let (all, done) = read(&mut s, usize::MAX).await;
+        assert!(done);
+        assert_eq!(all, expected, "one pass reads every record once, in order");
+        // a checkpoint after every number of batches: restore, read on, compare
+        for cut in [1, 2, 5, 13, 40, 90] {
+            let mut s = source(&p, RestoredState::default()).await;
+            let (mut ids, done) = read(&mut s, cut).await;
+            if done {
+                continue;
+            }
+            let snap = s.snapshot_state(&ctx(), 1).await.unwrap();
+            let restored = RestoredState {
+                checkpoint_id: Some(1),
+                keyed: snap.keyed,
+                ..Default::default()
+            };
+            let mut r = source(&p, restored).await;
+            let (rest, done) = read(&mut r, usize::MAX).await;
+            assert!(done);
+            ids.extend(rest);
+            assert_eq!(ids, expected, "restore after {cut} batches");
+        }
+    }
+
+    #[tokio::test]
+    async fn csv_in_ranges_restores_at_every_cut_exactly_once() {
+        restore_everywhere(true).await;
+    }
+
+    #[tokio::test]
+    async fn json_lines_in_ranges_restores_at_every_cut_exactly_once() {
+        restore_everywhere(false).await;
+    }
+
+    #[tokio::test]
+    async fn state_without_resume_offset_rereads_and_skips() {
+        let dir = tempfile::tempdir().unwrap();
+        let expected = write_files(dir.path(), 50, true);
+        let p = plan(dir.path(), true).await;
+        let mut s = source(&p, RestoredState::default()).await;
+        let (mut ids, _) = read(&mut s, 3).await;
+        let mut snap = s.snapshot_state(&ctx(), 1).await.unwrap();
+        // state as written before `resumeAt` existed
+        for v in snap.keyed.values_mut() {
+            let mut st: SplitState = decode_state("in", v).unwrap();
+            st.resume_at = None;
+            *v = encode_state(&st).unwrap();
+        }
+        let restored = RestoredState {
+            checkpoint_id: Some(1),
+            keyed: snap.keyed,
+            ..Default::default()
+        };
+        let mut r = source(&p, restored).await;
+        ids.extend(read(&mut r, usize::MAX).await.0);
+        assert_eq!(ids, expected);
     }
 }
