@@ -5,6 +5,7 @@ pub mod config;
 pub mod env;
 pub mod node;
 pub mod pod;
+pub mod termination;
 
 use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use super::config::KubeletConfig;
 use super::env::{ConfigError, expand, resolve};
 use super::node::now_rfc3339;
+use super::termination;
 use crate::certs::{KubeconfigAuth, write_kubeconfig};
 
 const TICK: Duration = Duration::from_millis(250);
@@ -55,6 +56,8 @@ struct Ctr {
     next_probe: Instant,
     live_fail: i32,
     next_live: Instant,
+    /// This start's termination-message file.
+    message_path: Option<PathBuf>,
 }
 
 impl Ctr {
@@ -79,8 +82,49 @@ impl Ctr {
             next_probe: now,
             live_fail: 0,
             next_live: now,
+            message_path: None,
         }
     }
+}
+
+/// `state.terminated` of a container that exited with `code` (killed by `signal`), with its
+/// termination message (the file, or the log tail under `FallbackToLogsOnError`).
+fn terminated_state(dir: &Path, c: &Ctr, code: i32, signal: Option<i32>) -> Value {
+    let content = c
+        .message_path
+        .as_deref()
+        .map(|p| termination::read_head(p, termination::MAX_MESSAGE_BYTES))
+        .unwrap_or_default();
+    let fallback = c.spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
+    let message = termination::termination_message(&content, code, fallback, || {
+        // The real kubelet tails one combined log; ours keeps stdout and stderr apart, so the
+        // tail is taken of stdout followed by stderr (where errors are logged).
+        let budget = (termination::FALLBACK_BYTES * 2) as u64;
+        let mut log = Vec::new();
+        for stream in ["stdout", "stderr"] {
+            let path = dir.join(format!("{}.{stream}.log", c.spec.name));
+            let mut part = termination::read_tail(&path, budget);
+            if !part.is_empty() && !part.ends_with(b"\n") {
+                part.push(b'\n');
+            }
+            log.extend(part);
+        }
+        log
+    });
+    let mut term = json!({
+        "exitCode": code,
+        "reason": if code == 0 { "Completed" } else { "Error" },
+        "startedAt": c.started_at,
+        "finishedAt": now_rfc3339(),
+        "containerID": c.pid.map(|p| format!("process://{p}")),
+    });
+    if let Some(sig) = signal {
+        term["signal"] = json!(sig);
+    }
+    if !message.is_empty() {
+        term["message"] = json!(message);
+    }
+    term
 }
 
 /// The runtime state of one pod on this node.
@@ -237,6 +281,15 @@ impl PodRuntime {
             }
         }
         base.extend(mapping.env.clone());
+        // A fresh termination-message file for every start (the kubelet cannot mount
+        // /dev/termination-log into a process).
+        let message_path = self.dir.join(format!("{}.termination-log", spec.name));
+        std::fs::write(&message_path, b"")
+            .map_err(|e| ("CreateContainerError".to_string(), e.to_string()))?;
+        base.insert(
+            termination::ENV_VAR.into(),
+            message_path.display().to_string(),
+        );
         let env = resolve(&self.shared.client, pod, &spec, &self.ip.to_string(), base)
             .await
             .map_err(cfg_err)?;
@@ -311,6 +364,7 @@ impl PodRuntime {
         }
         c.terminated = None;
         c.child = Some(child);
+        c.message_path = Some(message_path);
         c.pid = pid;
         c.ever_started = true;
         c.started_at = Some(now_rfc3339());
@@ -404,16 +458,7 @@ impl PodRuntime {
                 let code = status
                     .code()
                     .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-                let mut term = json!({
-                    "exitCode": code,
-                    "reason": if code == 0 { "Completed" } else { "Error" },
-                    "startedAt": c.started_at,
-                    "finishedAt": now_rfc3339(),
-                    "containerID": c.pid.map(|p| format!("process://{p}")),
-                });
-                if let Some(sig) = status.signal() {
-                    term["signal"] = json!(sig);
-                }
+                let term = terminated_state(&self.dir, c, code, status.signal());
                 tracing::info!(pod = %self.key, container = %c.spec.name, code, "container exited");
                 c.child = None;
                 c.ready = false;
@@ -658,13 +703,8 @@ impl PodRuntime {
                             let code = status
                                 .code()
                                 .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-                            c.terminated = Some(json!({
-                                "exitCode": code,
-                                "reason": if code == 0 { "Completed" } else { "Error" },
-                                "startedAt": c.started_at,
-                                "finishedAt": now_rfc3339(),
-                                "containerID": c.pid.map(|p| format!("process://{p}")),
-                            }));
+                            c.terminated =
+                                Some(terminated_state(&self.dir, c, code, status.signal()));
                             c.child = None;
                             c.ready = false;
                         }
@@ -680,11 +720,7 @@ impl PodRuntime {
                     if let Some(mut child) = c.child.take() {
                         tracing::info!(pod = %self.key, container = %c.spec.name, "SIGKILL after grace period");
                         let _ = child.kill().await;
-                        c.terminated = Some(json!({
-                            "exitCode": 137, "reason": "Error", "signal": 9,
-                            "startedAt": c.started_at, "finishedAt": now_rfc3339(),
-                            "containerID": c.pid.map(|p| format!("process://{p}")),
-                        }));
+                        c.terminated = Some(terminated_state(&self.dir, c, 137, Some(9)));
                     }
                 }
                 return;
