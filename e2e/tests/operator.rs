@@ -1,0 +1,1000 @@
+//! Operator e2e tests (issue #6): upgrade scenarios of a StreamJob, each checked for
+//! exactly-once output in MinIO. One shared environment; run with `--test-threads=1`.
+//!
+//! Every job is `generator` (bounded, rate-limited so that it runs long enough to be upgraded
+//! mid-stream) → keyed tumbling window (count, sum) → file sink (JSON lines) in a bucket. When it
+//! has finished, every finished part file is read and each (key, window) aggregate must be there
+//! exactly once with the value computed from the generator's definition.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Once};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use serde_json::Value;
+use streamjob_e2e::fixtures::{self, EnvOptions, TestEnv, wait_deleted, wait_for};
+use streamjob_e2e::kubelet::ImageMapping;
+use streamjob_e2e::wait::poll_until;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const SECRET: &str = "s3-credentials";
+
+fn init_tracing() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
+            )
+            .with_test_writer()
+            .try_init();
+    });
+}
+
+async fn env() -> &'static TestEnv {
+    init_tracing();
+    match fixtures::shared(|| {
+        let mut opts = EnvOptions::new(
+            env!("CARGO_BIN_EXE_process-kubelet"),
+            env!("CARGO_BIN_EXE_e2e-echo-server"),
+        );
+        opts.images.push(broken_image());
+        opts
+    })
+    .await
+    {
+        Ok(env) => {
+            eprintln!(
+                "e2e environment: run dir {}, ready in {:?}",
+                env.run_dir.display(),
+                env.start_duration
+            );
+            env
+        }
+        Err(e) => panic!("e2e environment failed to start: {e}"),
+    }
+}
+
+/// `streamjob/broken:*`: a "new version" that plans fine (the real `plan` and `dispose`) but
+/// exits 1 at start, as a build that crashes at startup would.
+fn broken_image() -> ImageMapping {
+    let runtime = std::path::Path::new(env!("CARGO_BIN_EXE_process-kubelet"))
+        .with_file_name("streamjob-runtime");
+    let script =
+        std::env::temp_dir().join(format!("streamjob-e2e-broken-{}.sh", std::process::id()));
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in plan|dispose) exec '{}' \"$@\";; esac\necho 'broken build: refusing to start' >&2\nexit 1\n",
+            runtime.display()
+        ),
+    )
+    .expect("write broken runtime script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+        .expect("chmod broken runtime script");
+    ImageMapping {
+        image: "streamjob/broken:*".into(),
+        binary: script,
+        env: Default::default(),
+        aliases: vec![],
+    }
+}
+
+/// Installs the chart once per test binary (operator watching every namespace); returns its
+/// namespace once the operator Deployment is available.
+async fn operator(env: &'static TestEnv) -> &'static str {
+    static NS: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    NS.get_or_init(|| async {
+        env.workspace_binary("streamjob-operator")
+            .unwrap_or_else(|e| panic!("{e}"));
+        env.workspace_binary("streamjob-runtime")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ns = env.namespace("operator").await.expect("namespace");
+        env.install_operator_chart("streamjob", &ns, &["logFormat=text", "logLevel=info"])
+            .expect("helm install");
+        let client = env.client().await.expect("client");
+        let deployments: Api<Deployment> = Api::namespaced(client, &ns);
+        let list = deployments
+            .list(&ListParams::default())
+            .await
+            .expect("list deployments");
+        let name = list.items[0].metadata.name.clone().expect("name");
+        wait_for(&deployments, &name, "available replica", TIMEOUT, |d| {
+            d.status
+                .as_ref()
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0)
+                >= 1
+        })
+        .await
+        .expect("operator Deployment available");
+        ns
+    })
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// The generator's definition (runtime/src/operators/generator.rs), reproduced
+// ---------------------------------------------------------------------------------------------
+
+/// Event time of record 0 (2024-01-01T00:00:00Z); records are 1 ms apart.
+const START_MS: i64 = 1_704_067_200_000;
+const WINDOW_MS: i64 = 1000;
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// (key index, value) of record `id`.
+fn generator_record(seed: u64, keys: u64, id: u64) -> (u64, i64) {
+    let h = mix(seed ^ mix(id));
+    (h % keys.max(1), (mix(h) % 1000) as i64)
+}
+
+/// (key, window start ms) → (count, sum)
+type Aggregates = BTreeMap<(String, i64), (i64, i64)>;
+
+fn expected(seed: u64, keys: u64, count: u64) -> Aggregates {
+    let mut m = Aggregates::new();
+    for id in 0..count {
+        let (k, v) = generator_record(seed, keys, id);
+        let ts = START_MS + id as i64;
+        let start = ts - ts.rem_euclid(WINDOW_MS);
+        let e = m.entry((format!("key-{k}"), start)).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += v;
+    }
+    m
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jobs
+// ---------------------------------------------------------------------------------------------
+
+/// A StreamJob of the shape this file tests, in its own namespace and bucket.
+#[derive(Clone, Debug)]
+struct Job {
+    name: String,
+    ns: String,
+    bucket: String,
+    image: String,
+    parallelism: u32,
+    count: u64,
+    keys: u64,
+    seed: u64,
+    rate: u64,
+    /// A stateless pass-everything filter (uid `pass`) before the window.
+    filter: bool,
+    /// The keyed window (uid `per-key`).
+    window: bool,
+    allow_non_restored: bool,
+    strategy: &'static str,
+    state: &'static str,
+    trigger_nonce: Option<i64>,
+    dispose_on_delete: bool,
+    checkpoint_interval: &'static str,
+}
+
+impl Job {
+    /// A job in a fresh namespace with its bucket and credentials (operator installed).
+    async fn new(env: &'static TestEnv, name: &str) -> Self {
+        operator(env).await;
+        let ns = env.namespace("op").await.expect("namespace");
+        let bucket = format!("b-{}", &ns[3..]);
+        env.bucket_with_secret(&ns, &bucket, SECRET)
+            .await
+            .expect("bucket + secret");
+        Self {
+            name: name.to_string(),
+            ns,
+            bucket,
+            image: "streamjob/runtime:v1".into(),
+            parallelism: 1,
+            count: 30_000,
+            keys: 5,
+            seed: 7,
+            rate: 1000,
+            filter: false,
+            window: true,
+            allow_non_restored: false,
+            strategy: "InPlace",
+            state: "running",
+            trigger_nonce: None,
+            dispose_on_delete: false,
+            checkpoint_interval: "1s",
+        }
+    }
+
+    fn manifest(&self, env: &TestEnv) -> String {
+        let Self {
+            name,
+            bucket,
+            image,
+            parallelism,
+            count,
+            keys,
+            seed,
+            rate,
+            strategy,
+            state,
+            checkpoint_interval,
+            ..
+        } = self;
+        let s3 = &env.s3().url;
+        let mut steps = format!(
+            "  - uid: gen\n    source:\n      generator: {{count: {count}, keys: {keys}, seed: {seed}, ratePerSecond: {rate}}}\n"
+        );
+        if self.filter {
+            steps.push_str("  - uid: pass\n    filter: \"value >= 0\"\n");
+        }
+        if self.window {
+            steps.push_str(
+                "  - uid: per-key\n    keyBy: [key]\n    window: {tumbling: 1s}\n    aggregate: {count: true, sum: [value]}\n",
+            );
+        }
+        steps.push_str(&format!(
+            "  - uid: out\n    fileSink:\n      path: s3://{bucket}/output/{name}\n      format: {{jsonLines: {{}}}}\n      bucketAssigner: {{basePath: {{}}}}\n      rollingPolicy: {{onCheckpoint: {{}}}}\n      outputFileConfig: {{partPrefix: part, partSuffix: .json}}\n"
+        ));
+        let nonce = self
+            .trigger_nonce
+            .map(|n| format!("\n    triggerNonce: {n}"))
+            .unwrap_or_default();
+        format!(
+            r#"
+apiVersion: streamjob.io/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  image: {image}
+  parallelism: {parallelism}
+  maxParallelism: 16
+  state: {state}
+  upgrade:
+    strategy: {strategy}
+    allowNonRestoredState: {anr}
+    readinessTimeout: 60s
+    savepointTimeout: 60s
+  checkpoints:
+    interval: {checkpoint_interval}
+    dir: s3://{bucket}/checkpoints/{name}
+  savepoints:
+    dir: s3://{bucket}/savepoints/{name}
+    disposeOnDelete: {dispose}{nonce}
+  storage:
+    s3:
+      endpoint: {s3}
+      region: us-east-1
+      allowHttp: true
+      credentialsSecret:
+        name: {SECRET}
+  pipeline:
+{steps}"#,
+            anr = self.allow_non_restored,
+            dispose = self.dispose_on_delete,
+        )
+    }
+
+    fn apply(&self, env: &TestEnv) {
+        env.kubectl_ok(
+            &["apply", "-n", &self.ns, "-f", "-"],
+            Some(&self.manifest(env)),
+        )
+        .expect("kubectl apply StreamJob");
+    }
+
+    fn expected(&self) -> Aggregates {
+        expected(self.seed, self.keys, self.count)
+    }
+}
+
+fn sj_api(client: kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: "streamjob.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "streamjob.io/v1alpha1".into(),
+        kind: "StreamJob".into(),
+        plural: "streamjobs".into(),
+    };
+    Api::namespaced_with(client, ns, &ar)
+}
+
+fn status(o: &DynamicObject) -> &Value {
+    &o.data["status"]
+}
+
+fn phase(o: &DynamicObject) -> &str {
+    status(o)["phase"].as_str().unwrap_or("")
+}
+
+fn condition<'a>(o: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
+    status(o)["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn condition_true(o: &DynamicObject, type_: &str) -> bool {
+    condition(o, type_).is_some_and(|c| c["status"] == "True")
+}
+
+/// What a test sees of a job while it waits.
+struct Ctx {
+    env: &'static TestEnv,
+    job: Job,
+    api: Api<DynamicObject>,
+    pods: Api<Pod>,
+    /// Every (phase, upgrade step) the poller saw, in order, without repeats.
+    seen: Arc<Mutex<Vec<String>>>,
+    poller: tokio::task::JoinHandle<()>,
+    t0: Instant,
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        self.poller.abort();
+    }
+}
+
+impl Ctx {
+    async fn new(env: &'static TestEnv, job: Job) -> Self {
+        let client = env.client().await.expect("client");
+        let api = sj_api(client.clone(), &job.ns);
+        let pods = Api::namespaced(client, &job.ns);
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let poller = {
+            let api = api.clone();
+            let seen = seen.clone();
+            let name = job.name.clone();
+            tokio::spawn(async move {
+                loop {
+                    if let Ok(Some(o)) = api.get_opt(&name).await {
+                        let s = format!(
+                            "{}{}",
+                            phase(&o),
+                            status(&o)["upgrade"]["step"]
+                                .as_str()
+                                .map(|s| format!(" {s}"))
+                                .unwrap_or_default()
+                        );
+                        let mut v = seen.lock().unwrap();
+                        if v.last() != Some(&s) {
+                            v.push(s);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                }
+            })
+        };
+        Self {
+            env,
+            job,
+            api,
+            pods,
+            seen,
+            poller,
+            t0: Instant::now(),
+        }
+    }
+
+    fn log(&self, what: &str) {
+        eprintln!(
+            "[{:>6.1}s] {}: {what}",
+            self.t0.elapsed().as_secs_f64(),
+            self.job.name
+        );
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    async fn get(&self) -> DynamicObject {
+        self.api.get(&self.job.name).await.expect("get StreamJob")
+    }
+
+    /// Waits until `pred` holds for the StreamJob; on timeout dumps the job and its pods.
+    async fn wait(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&DynamicObject) -> bool,
+    ) -> DynamicObject {
+        let res = poll_until(what, timeout, Duration::from_millis(200), || async {
+            Ok(self.api.get_opt(&self.job.name).await?.filter(|o| pred(o)))
+        })
+        .await;
+        match res {
+            Ok(o) => {
+                self.log(what);
+                o
+            }
+            Err(e) => {
+                let dump = self
+                    .env
+                    .kubectl(&["get", "sj,pods", "-n", &self.job.ns, "-o", "yaml"], None)
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                panic!(
+                    "{e}\nseen: {:?}\n{dump}\npod logs under {}",
+                    self.seen(),
+                    self.env.kubelet_config.run_dir.display()
+                );
+            }
+        }
+    }
+
+    fn apply(&self) {
+        self.job.apply(self.env);
+    }
+
+    async fn running_with_checkpoint(&self) -> DynamicObject {
+        self.wait(
+            "Running with a completed checkpoint",
+            Duration::from_secs(120),
+            |o| phase(o) == "Running" && status(o)["lastCheckpoint"]["id"].is_u64(),
+        )
+        .await
+    }
+
+    async fn finished(&self) -> DynamicObject {
+        self.wait("phase Finished", Duration::from_secs(180), |o| {
+            phase(o) == "Finished"
+        })
+        .await
+    }
+
+    /// Runtime pods of the job (not plan or dispose pods), not terminating.
+    async fn runtime_pods(&self) -> Vec<Pod> {
+        let lp = ListParams::default().labels(&format!(
+            "streamjob.io/job={},streamjob.io/role=runtime",
+            self.job.name
+        ));
+        self.pods
+            .list(&lp)
+            .await
+            .expect("list pods")
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect()
+    }
+
+    /// Reads every finished part file and checks the aggregates against the generator.
+    async fn assert_exactly_once(&self) {
+        let got = read_output(self.env, &self.job.bucket, &self.job.name).await;
+        let want = self.job.expected();
+        let missing: Vec<_> = want.keys().filter(|k| !got.contains_key(*k)).collect();
+        let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+        let wrong: Vec<_> = want
+            .iter()
+            .filter_map(|(k, v)| {
+                got.get(k)
+                    .filter(|(g, _)| g != v)
+                    .map(|(g, n)| (k, v, g, n))
+            })
+            .collect();
+        let dup: Vec<_> = got.iter().filter(|(_, (_, n))| *n != 1).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty() && wrong.is_empty() && dup.is_empty(),
+            "output is not exactly-once: {} aggregates expected, {} read; missing {:?}; extra {:?}; wrong {:?}; duplicated {:?}",
+            want.len(),
+            got.len(),
+            &missing[..missing.len().min(10)],
+            &extra[..extra.len().min(10)],
+            &wrong[..wrong.len().min(10)],
+            &dup[..dup.len().min(10)]
+        );
+        self.log(&format!("exactly-once: {} aggregates", want.len()));
+    }
+}
+
+/// Every aggregate in the finished part files under `output/<name>/`: (key, window) →
+/// ((count, sum), how many times it was written).
+async fn read_output(
+    env: &TestEnv,
+    bucket: &str,
+    name: &str,
+) -> BTreeMap<(String, i64), ((i64, i64), usize)> {
+    let s3 = env.s3();
+    let prefix = format!("output/{name}");
+    let listed = s3.list(bucket, &prefix).await.expect("list output");
+    let mut got: BTreeMap<(String, i64), ((i64, i64), usize)> = BTreeMap::new();
+    for o in listed {
+        // Finished parts only: hidden files and folders (`.streamjob/`, in-progress temp files)
+        // are not output.
+        let rel = o.key.strip_prefix(&prefix).unwrap_or(&o.key);
+        if rel.split('/').any(|seg| seg.starts_with('.')) {
+            continue;
+        }
+        let file = rel.rsplit('/').next().unwrap_or("");
+        if !(file.starts_with("part") && file.ends_with(".json")) {
+            continue;
+        }
+        let data = s3.read(bucket, &o.key).await.expect("read part file");
+        for line in String::from_utf8_lossy(&data).lines() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{}: bad JSON line {line:?}: {e}", o.key));
+            let start = chrono::DateTime::parse_from_rfc3339(v["window_start"].as_str().unwrap())
+                .unwrap()
+                .timestamp_millis();
+            let key = (v["key"].as_str().unwrap().to_string(), start);
+            let val = (
+                v["count"].as_i64().unwrap(),
+                v["sum_value"].as_i64().unwrap(),
+            );
+            let e = got.entry(key).or_insert((val, 0));
+            e.1 += 1;
+            if e.0 != val {
+                // Keep the differing value visible as a wrong aggregate.
+                e.0 = val;
+            }
+        }
+    }
+    got
+}
+
+fn container_pid(pod: &Pod) -> Option<u32> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .container_id
+        .as_ref()?
+        .strip_prefix("process://")?
+        .parse()
+        .ok()
+}
+
+/// The id of the newest checkpoint the runtime pod's log reports completed (0: none).
+fn latest_checkpoint_in_log(env: &TestEnv, pod: &Pod) -> u64 {
+    let dir = env.kubelet_config.run_dir.join(format!(
+        "{}_{}_{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.metadata.uid.as_deref().unwrap_or_default()
+    ));
+    let log = std::fs::read_to_string(dir.join("runtime.stderr.log")).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("checkpoint ")? + "checkpoint ".len()..];
+            let (n, tail) = rest.split_once(' ')?;
+            tail.starts_with("completed").then(|| n.parse().ok())?
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn pid_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
+}
+
+/// Spec hash of the deployed version.
+fn deployed_hash(o: &DynamicObject) -> String {
+    status(o)["deployment"]["specHash"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The job runs a new version (not `old_hash`) restored from a savepoint, no upgrade in flight.
+fn promoted(o: &DynamicObject, old_hash: &str) -> bool {
+    let d = &status(o)["deployment"];
+    phase(o) == "Running"
+        && status(o)["upgrade"].is_null()
+        && deployed_hash(o) != old_hash
+        && d["startedFrom"] == "savepoint"
+        && status(o)["lastStableSpecHash"] == d["specHash"]
+}
+
+/// Shared tail of the upgrade scenarios: the job ran on a savepoint that status records.
+fn assert_started_from_recorded_savepoint(o: &DynamicObject) {
+    let st = status(o);
+    let path = st["deployment"]["path"]
+        .as_str()
+        .expect("deployment.path: the savepoint the new version started from");
+    let history: Vec<&str> = st["savepointHistory"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s["path"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        history.contains(&path),
+        "savepoint {path} is not in status.savepointHistory {history:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+// ---------------------------------------------------------------------------------------------
+
+/// Applies the changed spec of `ctx.job` to a running job and waits until it is promoted through
+/// an upgrade; checks the savepoint is recorded and the phase went through Upgrading.
+async fn upgrade(ctx: &Ctx) -> DynamicObject {
+    let before = ctx.running_with_checkpoint().await;
+    let old = deployed_hash(&before);
+    ctx.apply();
+    let o = ctx
+        .wait("promoted on the new spec", Duration::from_secs(120), |o| {
+            promoted(o, &old)
+        })
+        .await;
+    assert_started_from_recorded_savepoint(&o);
+    let seen = ctx.seen();
+    assert!(
+        seen.iter().any(|s| s.starts_with("Upgrading")),
+        "phase Upgrading never seen: {seen:?}"
+    );
+    o
+}
+
+/// a. `spec.image` v1 → v2 in place: Upgrading, promoted on the new image from a savepoint that
+/// status records, output exactly-once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_image_bump_in_place() {
+    let env = env().await;
+    let mut ctx = Ctx::new(env, Job::new(env, "bump").await).await;
+    ctx.apply();
+    ctx.job.image = "streamjob/runtime:v2".into();
+    let o = upgrade(&ctx).await;
+    assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v2");
+    let o = ctx.finished().await;
+    assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v2");
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
+
+/// b. parallelism 1 → 2: a rescale through a savepoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b_parallelism_change_rescales() {
+    let env = env().await;
+    let mut ctx = Ctx::new(env, Job::new(env, "rescale").await).await;
+    ctx.apply();
+    ctx.job.parallelism = 2;
+    let o = upgrade(&ctx).await;
+    assert_eq!(status(&o)["deployment"]["parallelism"], 2);
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
+
+/// c. a new stateless operator (filter `pass`, passes everything) in the pipeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_pipeline_gains_a_stateless_operator() {
+    let env = env().await;
+    let mut ctx = Ctx::new(env, Job::new(env, "addop").await).await;
+    ctx.apply();
+    ctx.job.filter = true;
+    upgrade(&ctx).await;
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
+
+/// d. removing the stateful window uid without allowNonRestoredState is refused: UpgradeBlocked
+/// naming the uid, the old pod untouched and still checkpointing; reverting the spec clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn d_incompatible_change_is_blocked() {
+    let env = env().await;
+    let mut ctx = Ctx::new(env, Job::new(env, "blocked").await).await;
+    ctx.apply();
+    let before = ctx.running_with_checkpoint().await;
+    let pods = ctx.runtime_pods().await;
+    assert_eq!(pods.len(), 1, "one runtime pod");
+    let uid = pods[0].metadata.uid.clone();
+    let pid = container_pid(&pods[0]).expect("runtime pid");
+    ctx.job.window = false;
+    ctx.apply();
+    let o = ctx
+        .wait("UpgradeBlocked", Duration::from_secs(90), |o| {
+            condition_true(o, "UpgradeBlocked")
+        })
+        .await;
+    let msg = condition(&o, "UpgradeBlocked").unwrap()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(msg.contains("per-key"), "message names the uid: {msg:?}");
+    assert_eq!(
+        deployed_hash(&o),
+        deployed_hash(&before),
+        "old version deployed"
+    );
+    // The operator writes checkpoints into status only every so often: read the runtime's log.
+    let ck = latest_checkpoint_in_log(env, &pods[0]);
+    poll_until(
+        "the blocked job keeps checkpointing",
+        TIMEOUT,
+        Duration::from_millis(200),
+        || async { Ok((latest_checkpoint_in_log(env, &pods[0]) >= ck + 2).then_some(())) },
+    )
+    .await
+    .expect("checkpoints continue");
+    let pods = ctx.runtime_pods().await;
+    assert_eq!(pods.len(), 1, "still one runtime pod");
+    assert_eq!(pods[0].metadata.uid, uid, "same pod");
+    assert_eq!(container_pid(&pods[0]), Some(pid), "same process");
+    assert!(pid_alive(pid), "old runtime process {pid} runs");
+    ctx.log(&format!("blocked: {msg}"));
+    // Reverted: the block is lifted and the old job runs to the end.
+    ctx.job.window = true;
+    ctx.apply();
+    ctx.wait("block lifted", TIMEOUT, |o| {
+        !condition_true(o, "UpgradeBlocked") && status(o)["upgrade"].is_null()
+    })
+    .await;
+    let o = ctx.finished().await;
+    assert_eq!(
+        deployed_hash(&o),
+        deployed_hash(&before),
+        "never redeployed"
+    );
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
+
+/// e. the new version crashes at start: rolled back to the old spec from the same savepoint,
+/// `RolledBack`, output exactly-once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e_crashing_version_is_rolled_back() {
+    let env = env().await;
+    let mut ctx = Ctx::new(env, Job::new(env, "rollback").await).await;
+    ctx.apply();
+    let before = ctx.running_with_checkpoint().await;
+    let old = deployed_hash(&before);
+    ctx.job.image = "streamjob/broken:v2".into();
+    ctx.apply();
+    let o = ctx
+        .wait(
+            "RolledBack, running the old spec",
+            Duration::from_secs(150),
+            |o| {
+                condition_true(o, "RolledBack")
+                    && phase(o) == "Running"
+                    && deployed_hash(o) == old
+                    && status(o)["deployment"]["startedFrom"] == "savepoint"
+            },
+        )
+        .await;
+    assert_started_from_recorded_savepoint(&o);
+    assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v1");
+    let seen = ctx.seen();
+    assert!(
+        seen.iter().any(|s| s.contains("Rollback/")),
+        "no Rollback step seen: {seen:?}"
+    );
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
+
+/// f. suspend (stop with a savepoint, no pods) and resume from that savepoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f_suspend_and_resume() {
+    let env = env().await;
+    let mut ctx = Ctx::new(env, Job::new(env, "suspend").await).await;
+    ctx.apply();
+    ctx.running_with_checkpoint().await;
+    ctx.job.state = "suspended";
+    ctx.apply();
+    ctx.wait("Suspended", TIMEOUT, |o| phase(o) == "Suspended")
+        .await;
+    poll_until(
+        "no runtime pods",
+        TIMEOUT,
+        Duration::from_millis(200),
+        || async { Ok(ctx.runtime_pods().await.is_empty().then_some(())) },
+    )
+    .await
+    .expect("runtime pods gone");
+    let o = ctx.get().await;
+    let sp = status(&o)["lastSavepoint"]["path"]
+        .as_str()
+        .expect("suspend savepoint recorded")
+        .to_string();
+    ctx.job.state = "running";
+    ctx.apply();
+    let o = ctx
+        .wait("resumed", TIMEOUT, |o| {
+            phase(o) == "Running" && status(o)["upgrade"].is_null()
+        })
+        .await;
+    assert_eq!(
+        status(&o)["deployment"]["path"],
+        sp.as_str(),
+        "resumed from it"
+    );
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
+
+/// g. a new `triggerNonce` takes a savepoint without stopping the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g_trigger_nonce_takes_a_savepoint() {
+    let env = env().await;
+    let mut ctx = Ctx::new(env, Job::new(env, "nonce").await).await;
+    ctx.apply();
+    ctx.running_with_checkpoint().await;
+    let pods = ctx.runtime_pods().await;
+    let uid = pods[0].metadata.uid.clone();
+    ctx.job.trigger_nonce = Some(1);
+    ctx.apply();
+    let o = ctx
+        .wait("savepoint for nonce 1", TIMEOUT, |o| {
+            status(o)["lastHandledNonce"] == 1
+                && status(o)["pendingSavepoint"].is_null()
+                && status(o)["lastSavepoint"]["path"].is_string()
+        })
+        .await;
+    let sp = status(&o)["lastSavepoint"]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(phase(&o), "Running");
+    let pods = ctx.runtime_pods().await;
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0].metadata.uid, uid, "the job was not restarted");
+    let prefix = sp
+        .strip_prefix(&format!("s3://{}/", ctx.job.bucket))
+        .expect("savepoint in the job's bucket");
+    let objs = env.s3().list(&ctx.job.bucket, prefix).await.expect("list");
+    assert!(!objs.is_empty(), "savepoint {sp} has objects");
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+}
+
+/// h. deleting a job disposes its savepoints with `disposeOnDelete`, keeps them without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h_delete_with_and_without_dispose() {
+    let env = env().await;
+    for dispose in [true, false] {
+        let mut job = Job::new(env, if dispose { "dispose" } else { "keep" }).await;
+        job.dispose_on_delete = dispose;
+        job.count = 1_000_000;
+        let mut ctx = Ctx::new(env, job).await;
+        ctx.apply();
+        ctx.running_with_checkpoint().await;
+        ctx.job.trigger_nonce = Some(1);
+        ctx.apply();
+        ctx.wait("savepoint taken", TIMEOUT, |o| {
+            status(o)["lastHandledNonce"] == 1 && status(o)["lastSavepoint"]["path"].is_string()
+        })
+        .await;
+        let prefix = format!("savepoints/{}", ctx.job.name);
+        let s3 = env.s3();
+        assert!(!s3.list(&ctx.job.bucket, &prefix).await.unwrap().is_empty());
+        env.kubectl_ok(
+            &[
+                "delete",
+                "sj",
+                &ctx.job.name,
+                "-n",
+                &ctx.job.ns,
+                "--wait=false",
+            ],
+            None,
+        )
+        .expect("delete");
+        wait_deleted(&ctx.api, &ctx.job.name, TIMEOUT)
+            .await
+            .expect("StreamJob gone");
+        poll_until(
+            "runtime pods gone",
+            TIMEOUT,
+            Duration::from_millis(200),
+            || async { Ok(ctx.runtime_pods().await.is_empty().then_some(())) },
+        )
+        .await
+        .expect("pods gone");
+        let left = s3.list(&ctx.job.bucket, &prefix).await.unwrap();
+        if dispose {
+            assert!(
+                left.is_empty(),
+                "savepoints disposed, left: {:?}",
+                left.iter().map(|o| &o.key).collect::<Vec<_>>()
+            );
+        } else {
+            assert!(!left.is_empty(), "savepoints kept");
+        }
+        ctx.log(&format!("deleted; {} savepoint objects left", left.len()));
+    }
+}
+
+/// The operator's pod and its container's pid.
+async fn operator_process(env: &'static TestEnv) -> (String, u32) {
+    let ns = operator(env).await;
+    let pods: Api<Pod> = Api::namespaced(env.client().await.expect("client"), ns);
+    poll_until(
+        "operator container running",
+        TIMEOUT,
+        Duration::from_millis(100),
+        || async {
+            let list = pods.list(&ListParams::default()).await?;
+            Ok(list.items.iter().find_map(|p| {
+                let running = p
+                    .status
+                    .as_ref()?
+                    .container_statuses
+                    .as_ref()?
+                    .first()?
+                    .state
+                    .as_ref()?
+                    .running
+                    .is_some();
+                let pid = container_pid(p)?;
+                (running && pid_alive(pid))
+                    .then(|| (p.metadata.name.clone().unwrap_or_default(), pid))
+            }))
+        },
+    )
+    .await
+    .expect("operator process")
+}
+
+/// i. the operator is SIGKILLed at every step of an in-place upgrade it sees; each restarted
+/// operator resumes from the status it wrote, and the job ends on the new version, exactly-once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i_operator_killed_at_every_upgrade_step() {
+    let env = env().await;
+    let mut ctx = Ctx::new(env, Job::new(env, "opkill").await).await;
+    ctx.job.count = 45_000;
+    ctx.apply();
+    let before = ctx.running_with_checkpoint().await;
+    let old = deployed_hash(&before);
+    ctx.job.image = "streamjob/runtime:v2".into();
+    ctx.apply();
+    let mut killed: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let o = ctx.get().await;
+        if promoted(&o, &old) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not promoted; seen {:?}, killed at {killed:?}",
+            ctx.seen()
+        );
+        if let Some(step) = status(&o)["upgrade"]["step"].as_str()
+            && !killed.iter().any(|k| k == step)
+        {
+            let (pod, pid) = operator_process(env).await;
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .expect("SIGKILL operator");
+            ctx.log(&format!("killed operator {pod} (pid {pid}) at {step}"));
+            killed.push(step.to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let o = ctx.get().await;
+    assert_started_from_recorded_savepoint(&o);
+    assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v2");
+    for step in ["InPlace/Savepointing", "InPlace/Restoring"] {
+        assert!(
+            killed.iter().any(|k| k == step),
+            "never killed at {step}: {killed:?}"
+        );
+    }
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("killed at {killed:?}; phases: {:?}", ctx.seen()));
+}
