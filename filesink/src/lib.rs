@@ -52,7 +52,14 @@
 //!   restore. After its first completed checkpoint, each subtask aborts the uploads of markers of
 //!   dead instances with its index (subtask 0 also those with an index ≥ parallelism). An upload
 //!   whose creation answer was lost, or that was killed between creation and its marker, is not
-//!   recorded: configure the bucket's `AbortIncompleteMultipartUpload` lifecycle rule as well.
+//!   recorded; on restore each subtask therefore also lists the open uploads under the base path
+//!   (S3 ListMultipartUploads, SigV4-signed: object_store has no API for it; needs
+//!   `s3:ListBucketMultipartUploads`) and aborts those named `{partPrefix}-{i}-{counter}...` with
+//!   `i` its index (subtask 0: also `i` ≥ parallelism) and `counter` ≥ the restored counter
+//!   floor: started after the restored checkpoint, referenced by no state, and not yet reused by
+//!   this instance. Best effort (logged). What neither catches — an upload whose creation answer
+//!   was lost while the instance lived on past a later checkpoint — is left to the bucket's
+//!   `AbortIncompleteMultipartUpload` lifecycle rule: configure it as well.
 //!   The `.streamjob/` directory is hidden from Hive/Spark readers (leading dot).
 //!
 //! - Compaction (`fileSink.compaction.targetSize`): at a snapshot, the pending files a bucket rolled

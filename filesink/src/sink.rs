@@ -189,6 +189,19 @@ pub struct UploadMarker {
     pub upload_id: String,
 }
 
+/// How many part counters past the restored floor the orphan cleanup asks for by exact key.
+const ORPHAN_PROBE: u64 = 8;
+
+/// `(subtask, counter)` of a part file name `{prefix}-{subtask}-{counter}{suffix}`.
+fn parse_part_name(name: &str, prefix: &str, suffix: &str) -> Option<(u32, u64)> {
+    let mid = name
+        .strip_prefix(prefix)?
+        .strip_prefix('-')?
+        .strip_suffix(suffix)?;
+    let (sub, counter) = mid.split_once('-')?;
+    Some((sub.parse().ok()?, counter.parse().ok()?))
+}
+
 fn parse_marker_key(key: &str) -> Option<(u32, &str)> {
     let rest = key.strip_prefix(UPLOAD_MARKERS)?.strip_prefix('/')?;
     let (sub, name) = rest.split_once('/')?;
@@ -369,6 +382,20 @@ impl FileSink {
                 return Err(Error::State("initialize called twice".into()));
             }
             self.next_counter = counter_floor.max(max_next_counter(&restored));
+            let restored_empty = restored.is_empty();
+            let mut restored_buckets: BTreeSet<String> = restored
+                .iter()
+                .flat_map(|s| {
+                    s.in_progress
+                        .iter()
+                        .map(|f| f.bucket.clone())
+                        .chain(s.pending.iter().map(|p| p.bucket.clone()))
+                        .chain(s.open_buckets.keys().cloned())
+                })
+                .collect();
+            if matches!(self.assigner, BucketAssigner::BasePath) {
+                restored_buckets.insert(String::new());
+            }
             let store = self.store.clone();
             // markers of earlier instances, by upload id: whoever takes an upload over drops them
             let mut old_markers: HashMap<String, Vec<String>> = HashMap::new();
@@ -447,11 +474,85 @@ impl FileSink {
                     );
                 }
             }
+            if store.supports_multipart() && (!restored_empty || self.next_counter > 0) {
+                self.abort_unrecorded_orphans(self.next_counter, restored_buckets)
+                    .await;
+            }
             self.initialized = true;
             Ok(())
         }
         .instrument(span)
         .await
+    }
+
+    /// On restore: aborts the open multipart uploads that dead instances of this subtask
+    /// started after the restored checkpoint, found by listing the store (S3
+    /// ListMultipartUploads), so also those no marker recorded (the creation answer was lost,
+    /// or the instance died between creation and marker). Taken are part names
+    /// `{partPrefix}-{i}-{counter}{partSuffix}` with `i` this subtask's index (subtask 0: also
+    /// any `i` at or above the parallelism) and `counter` at or above the restored counter floor.
+    /// No restored state references such a name (every part a checkpoint knows has a lower
+    /// counter) and this instance has not created one yet (it starts at the floor, after this
+    /// call), so they are orphans. Best effort: failures are logged, the restore goes on, and
+    /// what is left stays for the bucket's lifecycle rule.
+    ///
+    /// S3 lists every upload under the base path at once; MinIO answers only for an exact key,
+    /// so the names a dead instance would have used next (counters `floor..floor + 8` in the
+    /// restored buckets, and the base path with the `basePath` assigner) are asked for as well.
+    async fn abort_unrecorded_orphans(&mut self, floor: u64, buckets: BTreeSet<String>) {
+        let mut uploads = match self.store.list_multipart_uploads("").await {
+            Ok(u) => u,
+            Err(Error::Unsupported { .. }) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list open multipart uploads: orphans are left to the bucket lifecycle rule");
+                return;
+            }
+        };
+        'probe: for b in &buckets {
+            for c in floor..floor.saturating_add(ORPHAN_PROBE) {
+                let name = format!("{}-{}-{c}{}", self.prefix, self.subtask_index, self.suffix);
+                let key = join_key(b, &name);
+                match self.store.list_multipart_uploads(&key).await {
+                    Ok(found) => uploads.extend(found.into_iter().filter(|u| u.key == key)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot list open multipart uploads");
+                        break 'probe;
+                    }
+                }
+            }
+        }
+        let mut seen = BTreeSet::new();
+        uploads.retain(|u| seen.insert(u.upload_id.clone()));
+        let mut aborted = 0;
+        for u in uploads {
+            let name = u.key.rsplit('/').next().unwrap_or(&u.key);
+            let Some((sub, counter)) = parse_part_name(name, &self.prefix, &self.suffix) else {
+                continue;
+            };
+            let owned =
+                sub == self.subtask_index || (self.subtask_index == 0 && sub >= self.parallelism);
+            let ours = self.markers.contains_key(&u.upload_id)
+                || self
+                    .parts
+                    .values()
+                    .any(|p| p.stream.upload_id() == Some(u.upload_id.as_str()));
+            if !owned || counter < floor || ours {
+                continue;
+            }
+            match self.store.abort_multipart(&u.key, &u.upload_id).await {
+                Ok(()) => aborted += 1,
+                Err(e) => {
+                    tracing::warn!(key = %u.key, error = %e, "could not abort an orphaned upload")
+                }
+            }
+        }
+        if aborted > 0 {
+            tracing::info!(
+                aborted,
+                "aborted orphaned multipart uploads found by listing"
+            );
+        }
+        self.metrics.orphans_aborted += aborted;
     }
 
     fn check_init(&self) -> Result<()> {

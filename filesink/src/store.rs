@@ -29,6 +29,7 @@ use object_store::path::Path as ObjPath;
 use object_store::{
     BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
 };
+use sha2::{Digest, Sha256};
 use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::{ConnectionLimits, StorageSpec};
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
@@ -46,6 +47,16 @@ pub struct ObjectInfo {
     pub key: String,
     /// Size in bytes.
     pub size: u64,
+}
+
+/// An open (neither completed nor aborted) multipart upload found by
+/// [`Store::list_multipart_uploads`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenUpload {
+    /// Key relative to the store's root.
+    pub key: String,
+    /// Upload id.
+    pub upload_id: String,
 }
 
 /// An open temporary file of the rename protocol.
@@ -124,6 +135,17 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
         let _ = (key, upload_id);
         Err(self.no_multipart())
+    }
+
+    /// Open multipart uploads whose key starts with `prefix` (a plain string prefix relative to
+    /// the root; `""`: the whole store), S3 ListMultipartUploads. MinIO only answers for an exact
+    /// object key. `Unsupported` on stores without multipart uploads or a way to list them.
+    async fn list_multipart_uploads(&self, prefix: &str) -> Result<Vec<OpenUpload>> {
+        let _ = prefix;
+        Err(Error::Unsupported {
+            store: self.describe(),
+            op: "listing multipart uploads",
+        })
     }
 
     /// The error for multipart calls on stores without them.
@@ -380,15 +402,163 @@ pub struct S3Store {
     inner: AmazonS3,
     bucket: String,
     prefix: String,
+    endpoint: Option<S3Endpoint>,
+}
+
+/// Where [`S3Store`] sends the requests `object_store` has no API for (ListMultipartUploads),
+/// signed with the client's credentials.
+#[derive(Clone, Debug)]
+struct S3Endpoint {
+    /// The configured endpoint; `None`: AWS (`https://s3.<region>.amazonaws.com`).
+    url: Option<String>,
+    region: String,
+    virtual_hosted: bool,
 }
 
 impl S3Store {
-    /// Wraps a configured client; keys are put under `prefix`.
+    /// Wraps a configured client; keys are put under `prefix`. Without
+    /// [`S3Store::with_endpoint`] open uploads cannot be listed.
     pub fn new(inner: AmazonS3, bucket: impl Into<String>, prefix: &str) -> Self {
         Self {
             inner,
             bucket: bucket.into(),
             prefix: prefix.trim_matches('/').to_string(),
+            endpoint: None,
+        }
+    }
+
+    /// The endpoint, region and addressing style the client was built with (`endpoint`
+    /// `None`: AWS), for the requests signed here (listing open multipart uploads).
+    pub fn with_endpoint(
+        mut self,
+        endpoint: Option<&str>,
+        region: &str,
+        virtual_hosted: bool,
+    ) -> Self {
+        self.endpoint = Some(S3Endpoint {
+            url: endpoint.map(|e| e.trim_end_matches('/').to_string()),
+            region: region.to_string(),
+            virtual_hosted,
+        });
+        self
+    }
+
+    /// One page of ListMultipartUploads: a SigV4-signed `GET ?uploads` (object_store signs
+    /// only its own requests).
+    async fn signed_get(&self, ep: &S3Endpoint, query: &[(&str, &str)]) -> Result<String> {
+        let fail = |source: object_store::Error| Error::Store {
+            op: "list_multipart_uploads",
+            path: self.describe(),
+            source,
+        };
+        let generic = |msg: String| object_store::Error::Generic {
+            store: "S3",
+            source: msg.into(),
+        };
+        let (base, path) = match (&ep.url, ep.virtual_hosted) {
+            // object_store's convention: a virtual-hosted endpoint already names the bucket
+            (Some(url), true) => (url.clone(), "/".to_string()),
+            (Some(url), false) => (url.clone(), format!("/{}", uri_encode(&self.bucket, false))),
+            (None, true) => (
+                format!("https://{}.s3.{}.amazonaws.com", self.bucket, ep.region),
+                "/".to_string(),
+            ),
+            (None, false) => (
+                format!("https://s3.{}.amazonaws.com", ep.region),
+                format!("/{}", uri_encode(&self.bucket, false)),
+            ),
+        };
+        let url = reqwest::Url::parse(&base)
+            .map_err(|e| fail(generic(format!("endpoint {base}: {e}"))))?;
+        let host = match (url.host_str(), url.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_string(),
+            (None, _) => return Err(fail(generic(format!("endpoint {base} has no host")))),
+        };
+        let cred = self
+            .inner
+            .credentials()
+            .get_credential()
+            .await
+            .map_err(fail)?;
+        let mut pairs: Vec<(String, String)> = query
+            .iter()
+            .map(|(k, v)| (uri_encode(k, false), uri_encode(v, false)))
+            .collect();
+        pairs.sort();
+        let canonical_query = pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        let now = chrono::Utc::now();
+        let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
+        let day = now.format("%Y%m%d").to_string();
+        let payload = hex::encode(Sha256::digest(b""));
+        let mut headers = vec![
+            ("host", host),
+            ("x-amz-content-sha256", payload.clone()),
+            ("x-amz-date", amz_date.clone()),
+        ];
+        if let Some(token) = &cred.token {
+            headers.push(("x-amz-security-token", token.clone()));
+        }
+        let signed_headers = headers
+            .iter()
+            .map(|(k, _)| *k)
+            .collect::<Vec<_>>()
+            .join(";");
+        let canonical_headers: String = headers
+            .iter()
+            .map(|(k, v)| format!("{k}:{}\n", v.trim()))
+            .collect();
+        let canonical = format!(
+            "GET\n{path}\n{canonical_query}\n{canonical_headers}\n{signed_headers}\n{payload}"
+        );
+        let scope = format!("{day}/{}/s3/aws4_request", ep.region);
+        let to_sign = format!(
+            "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+            hex::encode(Sha256::digest(canonical.as_bytes()))
+        );
+        let mut key = hmac_sha256(
+            format!("AWS4{}", cred.secret_key).as_bytes(),
+            day.as_bytes(),
+        );
+        for part in [ep.region.as_str(), "s3", "aws4_request"] {
+            key = hmac_sha256(&key, part.as_bytes());
+        }
+        let signature = hex::encode(hmac_sha256(&key, to_sign.as_bytes()));
+        let auth = format!(
+            "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed_headers}, Signature={signature}",
+            cred.key_id
+        );
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| fail(generic(format!("http client: {e}"))))?;
+        let mut req = client
+            .get(format!(
+                "{}{path}?{canonical_query}",
+                base.trim_end_matches('/')
+            ))
+            .header("authorization", auth);
+        for (k, v) in headers.iter().filter(|(k, _)| *k != "host") {
+            req = req.header(*k, v);
+        }
+        let resp = req.send().await.map_err(|e| fail(generic(e.to_string())))?;
+        let status = resp.status();
+        let body = resp
+            .text()
+            .await
+            .map_err(|e| fail(generic(e.to_string())))?;
+        if status.is_success() {
+            Ok(body)
+        } else if status.is_server_error() || status.as_u16() == 429 {
+            Err(fail(generic(format!("HTTP {status}: {body}"))))
+        } else {
+            Err(fail(object_store::Error::NotSupported {
+                source: format!("HTTP {status}: {body}").into(),
+            }))
         }
     }
 
@@ -531,6 +701,114 @@ impl Store for S3Store {
             .await
             .map_err(Self::err("abort_multipart", &p))
     }
+
+    async fn list_multipart_uploads(&self, prefix: &str) -> Result<Vec<OpenUpload>> {
+        let Some(ep) = self.endpoint.clone() else {
+            return Err(Error::Unsupported {
+                store: self.describe(),
+                op: "listing multipart uploads (no endpoint configured)",
+            });
+        };
+        // a plain string prefix below the root (`""`: everything under the root)
+        let full = match (self.prefix.is_empty(), prefix.trim_start_matches('/')) {
+            (true, p) => p.to_string(),
+            (false, p) => format!("{}/{p}", self.prefix),
+        };
+        let strip = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        };
+        let mut out = Vec::new();
+        let (mut key_marker, mut id_marker) = (String::new(), String::new());
+        loop {
+            let mut query = vec![("uploads", ""), ("prefix", full.as_str())];
+            if !key_marker.is_empty() {
+                query.push(("key-marker", key_marker.as_str()));
+                query.push(("upload-id-marker", id_marker.as_str()));
+            }
+            let body = retry("list_multipart_uploads", 3, || self.signed_get(&ep, &query)).await?;
+            for upload in xml_elements(&body, "Upload") {
+                let first = |tag: &str| xml_elements(upload, tag).first().map(|s| xml_unescape(s));
+                if let (Some(key), Some(upload_id)) = (first("Key"), first("UploadId")) {
+                    out.push(OpenUpload {
+                        key: key.strip_prefix(&strip).unwrap_or(&key).to_string(),
+                        upload_id,
+                    });
+                }
+            }
+            let truncated = xml_elements(&body, "IsTruncated").first() == Some(&"true");
+            let next_key = xml_elements(&body, "NextKeyMarker")
+                .first()
+                .map(|s| xml_unescape(s));
+            match next_key {
+                Some(k) if truncated && !k.is_empty() => {
+                    id_marker = xml_elements(&body, "NextUploadIdMarker")
+                        .first()
+                        .map(|s| xml_unescape(s))
+                        .unwrap_or_default();
+                    key_marker = k;
+                }
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The text of every `<tag>...</tag>` in `xml` (flat: no nesting of the same tag).
+fn xml_elements<'a>(xml: &'a str, tag: &str) -> Vec<&'a str> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(i) = rest.find(&open) {
+        let after = &rest[i + open.len()..];
+        let Some(j) = after.find(&close) else { break };
+        out.push(&after[..j]);
+        rest = &after[j + close.len()..];
+    }
+    out
+}
+
+fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+/// S3's URI encoding (unreserved characters kept; `/` kept when `keep_slash`).
+fn uri_encode(s: &str, keep_slash: bool) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || (keep_slash && b == b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
+    let mut k = if key.len() > 64 {
+        Sha256::digest(key).to_vec()
+    } else {
+        key.to_vec()
+    };
+    k.resize(64, 0);
+    let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
+    let opad: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
+    let inner = Sha256::new()
+        .chain_update(&ipad)
+        .chain_update(msg)
+        .finalize();
+    Sha256::new()
+        .chain_update(&opad)
+        .chain_update(inner)
+        .finalize()
+        .to_vec()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -662,6 +940,10 @@ impl Store for LimitedStore {
         let _p = self.acquire(true).await?;
         self.inner.abort_multipart(key, upload_id).await
     }
+    async fn list_multipart_uploads(&self, prefix: &str) -> Result<Vec<OpenUpload>> {
+        let _p = self.acquire(false).await?;
+        self.inner.list_multipart_uploads(prefix).await
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -745,7 +1027,12 @@ pub fn open_store(path: &str, storage: Option<&StorageSpec>) -> Result<Arc<dyn S
             path: path.to_string(),
             source: e,
         })?;
-        Arc::new(S3Store::new(client, bucket, &prefix))
+        let region = s3.region.clone().unwrap_or_else(|| "us-east-1".into());
+        Arc::new(S3Store::new(client, bucket, &prefix).with_endpoint(
+            s3.endpoint.as_deref(),
+            &region,
+            s3.virtual_hosted_style,
+        ))
     } else if let Some(rest) = path.strip_prefix("hdfs://") {
         open_hdfs(rest, storage)?
     } else if let Some(local) = path.strip_prefix("file://") {

@@ -223,6 +223,12 @@ impl Store for FaultStore {
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> streamjob_filesink::Result<()> {
         guarded!(self, self.inner.abort_multipart(key, upload_id).await)
     }
+    async fn list_multipart_uploads(
+        &self,
+        prefix: &str,
+    ) -> streamjob_filesink::Result<Vec<streamjob_filesink::store::OpenUpload>> {
+        self.inner.list_multipart_uploads(prefix).await
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1038,9 +1044,13 @@ fn minio_store(m: &Minio, bucket: &str, prefix: &str) -> Arc<dyn Store> {
         .with_secret_access_key(MINIO_PASSWORD)
         .build()
         .unwrap();
-    Arc::new(streamjob_filesink::store::S3Store::new(
-        client, bucket, prefix,
-    ))
+    Arc::new(
+        streamjob_filesink::store::S3Store::new(client, bucket, prefix).with_endpoint(
+            Some(&m.endpoint),
+            "us-east-1",
+            false,
+        ),
+    )
 }
 
 fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
@@ -1300,6 +1310,94 @@ async fn minio_exactly_once_json_csv_gzip_parquet() {
         create_bucket(&m, &bucket).await;
         minio_matrix(&m, fmt, &bucket).await;
     }
+}
+
+/// Issue #5, orphans no marker recorded: on restore the sink lists the open multipart uploads
+/// (ListMultipartUploads) and aborts those of its subtask index with a part counter at or above
+/// the restored floor (started after the checkpoint by a dead instance); it leaves alone parts
+/// with lower counters, other subtasks' parts and foreign keys.
+#[tokio::test]
+async fn minio_restore_aborts_orphan_uploads_found_by_listing() {
+    let Some(m) = start_minio().await else { return };
+    create_bucket(&m, "orphans").await;
+    let store = minio_store(&m, "orphans", "o");
+    // the listing itself: keys relative to the root, nothing outside the prefix
+    let outside = minio_store(&m, "orphans", "o2");
+    let elsewhere = outside.create_multipart("part-0-9.json").await.unwrap();
+    let mut s = spec("s3://ignored", Fmt::Json, "64MiB");
+    s.bucket_assigner = Some(BucketAssignerSpec {
+        base_path: Some(streamjob_crds::v1alpha1::EmptySpec {}),
+        ..Default::default()
+    });
+    let opts = FileSinkOptions {
+        event_time_column: Some("ts".into()),
+        part_size: None,
+    };
+    let data = input(4, 100, 200);
+    // first instance: one checkpoint (in-progress part-0-0 with a tail), then a crash
+    let mut a = FileSink::new(&s, store.clone(), 0, 2, schema(), opts.clone()).unwrap();
+    a.initialize(vec![], 0).await.unwrap();
+    a.write(&data.batches[0], T0, None).await.unwrap();
+    let st = a.snapshot(1).await.unwrap();
+    a.notify_checkpoint_complete(1).await.unwrap();
+    assert_eq!(st.next_counter, 1);
+    drop(a);
+    // uploads the dead instance started after the checkpoint without recording them
+    // (creation answer lost / killed before the marker), and some that must survive
+    let orphan = store.create_multipart("part-0-1.json").await.unwrap();
+    let orphan_later = store.create_multipart("part-0-7.json").await.unwrap();
+    let other_subtask = store.create_multipart("part-1-3.json").await.unwrap();
+    let below_floor = store.create_multipart("part-0-0.json").await.unwrap();
+    let foreign = store.create_multipart("notes.json").await.unwrap();
+    // the listing (MinIO answers for exact keys only; S3 for any prefix): keys relative to the
+    // root, nothing of another prefix
+    let listed = store.list_multipart_uploads("part-0-1.json").await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].key, "part-0-1.json");
+    assert_eq!(listed[0].upload_id, orphan);
+    assert!(
+        store
+            .list_multipart_uploads("part-0-9.json")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // restore from checkpoint 1
+    let mut b = FileSink::new(&s, store.clone(), 0, 2, schema(), opts.clone()).unwrap();
+    b.initialize(
+        vec![st.clone()],
+        max_next_counter(std::slice::from_ref(&st)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(b.metrics().orphans_aborted, 2);
+    assert!(!upload_open(&m, "orphans", "o/part-0-1.json", &orphan).await);
+    assert!(!upload_open(&m, "orphans", "o/part-0-7.json", &orphan_later).await);
+    assert!(upload_open(&m, "orphans", "o/part-1-3.json", &other_subtask).await);
+    assert!(upload_open(&m, "orphans", "o/part-0-0.json", &below_floor).await);
+    assert!(upload_open(&m, "orphans", "o/notes.json", &foreign).await);
+    assert!(upload_open(&m, "orphans", "o2/part-0-9.json", &elsewhere).await);
+    // the restored instance goes on as usual: everything ends in finished files exactly once
+    for batch in &data.batches[1..] {
+        b.write(batch, T0, None).await.unwrap();
+    }
+    b.end_of_input().await.unwrap();
+    b.snapshot(2).await.unwrap();
+    b.notify_checkpoint_complete(2).await.unwrap();
+    let mut ids = Vec::new();
+    for o in store.list("").await.unwrap() {
+        if is_finished(&o.key) {
+            ids.extend(decode_ids(Fmt::Json, store.get(&o.key).await.unwrap()));
+        }
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (0..data.total as i64).collect::<Vec<_>>());
+    // subtask 1 restores (with its own, here empty, share): it takes part-1-3 (counter ≥ 1)
+    let mut c = FileSink::new(&s, store.clone(), 1, 2, schema(), opts).unwrap();
+    c.initialize(vec![], 1).await.unwrap();
+    assert_eq!(c.metrics().orphans_aborted, 1);
+    assert!(!upload_open(&m, "orphans", "o/part-1-3.json", &other_subtask).await);
+    assert!(upload_open(&m, "orphans", "o/part-0-0.json", &below_floor).await);
 }
 
 // ---------------------------------------------------------------------------------------------
