@@ -148,6 +148,188 @@ impl S3Endpoint {
     }
 }
 
+/// An open (uncompleted) multipart upload, from S3 ListMultipartUploads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultipartUploadInfo {
+    pub key: String,
+    pub upload_id: String,
+    /// `Initiated` as the server wrote it (RFC 3339).
+    pub initiated: String,
+}
+
+/// S3's URI encoding (RFC 3986 unreserved characters kept; `/` kept when `keep_slash`).
+pub fn uri_encode(s: &str, keep_slash: bool) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || (keep_slash && b == b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The text of every `<tag>...</tag>` in `xml`, in order (no nesting of the same tag).
+fn xml_elements<'a>(xml: &'a str, tag: &str) -> Vec<&'a str> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(i) = rest.find(&open) {
+        let after = &rest[i + open.len()..];
+        let Some(j) = after.find(&close) else { break };
+        out.push(&after[..j]);
+        rest = &after[j + close.len()..];
+    }
+    out
+}
+
+fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+impl S3Endpoint {
+    /// A SigV4-signed request without body (path-style). `path` is the already URI-encoded
+    /// path (`/bucket/key`); `query` holds unencoded `(name, value)` pairs (value `""` for a
+    /// valueless parameter such as `uploads`). Returns status and body whatever the status.
+    pub async fn signed_request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> Result<(reqwest::StatusCode, String)> {
+        let host = self
+            .url
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .trim_end_matches('/')
+            .to_string();
+        let mut pairs: Vec<(String, String)> = query
+            .iter()
+            .map(|(k, v)| (uri_encode(k, false), uri_encode(v, false)))
+            .collect();
+        pairs.sort();
+        let canonical_query = pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        let now = chrono::Utc::now();
+        let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
+        let day = now.format("%Y%m%d").to_string();
+        let payload_hash = hex::encode(Sha256::digest(b""));
+        let canonical = format!(
+            "{method}\n{path}\n{canonical_query}\nhost:{host}\nx-amz-content-sha256:{payload_hash}\nx-amz-date:{amz_date}\n\nhost;x-amz-content-sha256;x-amz-date\n{payload_hash}"
+        );
+        let scope = format!("{day}/{}/s3/aws4_request", self.region);
+        let to_sign = format!(
+            "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+            hex::encode(Sha256::digest(canonical.as_bytes()))
+        );
+        let k_date = hmac(
+            format!("AWS4{}", self.secret_key).as_bytes(),
+            day.as_bytes(),
+        )?;
+        let k_region = hmac(&k_date, self.region.as_bytes())?;
+        let k_service = hmac(&k_region, b"s3")?;
+        let k_signing = hmac(&k_service, b"aws4_request")?;
+        let signature = hex::encode(hmac(&k_signing, to_sign.as_bytes())?);
+        let auth = format!(
+            "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}",
+            self.access_key
+        );
+        let mut url = format!("{}{path}", self.url.trim_end_matches('/'));
+        if !canonical_query.is_empty() {
+            url.push('?');
+            url.push_str(&canonical_query);
+        }
+        let resp = reqwest::Client::new()
+            .request(method, url)
+            .header("x-amz-date", &amz_date)
+            .header("x-amz-content-sha256", &payload_hash)
+            .header("authorization", auth)
+            .send()
+            .await?;
+        let status = resp.status();
+        let body = resp.text().await.unwrap_or_default();
+        Ok((status, body))
+    }
+
+    /// Every open multipart upload in `bucket` whose key starts with `prefix`
+    /// (S3 ListMultipartUploads, all pages).
+    pub async fn list_multipart_uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<Vec<MultipartUploadInfo>> {
+        let mut out = Vec::new();
+        let (mut key_marker, mut id_marker) = (String::new(), String::new());
+        loop {
+            let mut query = vec![("uploads", ""), ("prefix", prefix)];
+            if !key_marker.is_empty() {
+                query.push(("key-marker", &key_marker));
+                query.push(("upload-id-marker", &id_marker));
+            }
+            let path = format!("/{}", uri_encode(bucket, false));
+            let (status, body) = self
+                .signed_request(reqwest::Method::GET, &path, &query)
+                .await?;
+            if !status.is_success() {
+                return Err(Error::Other(format!(
+                    "list multipart uploads of {bucket}/{prefix}: HTTP {status}: {body}"
+                )));
+            }
+            for upload in xml_elements(&body, "Upload") {
+                let first = |tag: &str| {
+                    xml_elements(upload, tag)
+                        .first()
+                        .map(|s| xml_unescape(s))
+                        .unwrap_or_default()
+                };
+                out.push(MultipartUploadInfo {
+                    key: first("Key"),
+                    upload_id: first("UploadId"),
+                    initiated: first("Initiated"),
+                });
+            }
+            let truncated = xml_elements(&body, "IsTruncated").first() == Some(&"true");
+            let next_key = xml_elements(&body, "NextKeyMarker")
+                .first()
+                .map(|s| xml_unescape(s))
+                .unwrap_or_default();
+            if !truncated || next_key.is_empty() {
+                break;
+            }
+            id_marker = xml_elements(&body, "NextUploadIdMarker")
+                .first()
+                .map(|s| xml_unescape(s))
+                .unwrap_or_default();
+            key_marker = next_key;
+        }
+        Ok(out)
+    }
+
+    /// Whether multipart upload `upload_id` of `bucket/key` is still open (S3 ListParts:
+    /// 200 open, 404 NoSuchUpload completed or aborted).
+    pub async fn upload_open(&self, bucket: &str, key: &str, upload_id: &str) -> Result<bool> {
+        let path = format!("/{}/{}", uri_encode(bucket, false), uri_encode(key, true));
+        let (status, body) = self
+            .signed_request(reqwest::Method::GET, &path, &[("uploadId", upload_id)])
+            .await?;
+        match status.as_u16() {
+            200 => Ok(true),
+            404 => Ok(false),
+            _ => Err(Error::Other(format!(
+                "list parts of {bucket}/{key} ({upload_id}): HTTP {status}: {body}"
+            ))),
+        }
+    }
+}
+
 /// A MinIO server on a random loopback port with its data in the run folder.
 #[derive(Debug)]
 pub struct Minio {
