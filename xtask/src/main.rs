@@ -265,8 +265,9 @@ fn e2e() -> Result<(), String> {
     ]))
 }
 
-/// The engine's own Nexmark benchmark, then the side-by-side run against Apache Flink
-/// (bench/runner: same input files, same queries, output checked equal, ratios in one run).
+/// The engine's own Nexmark benchmark, the file sink benchmark (per format, local disk and
+/// MinIO, next to a plain write of the same bytes), then the side-by-side run against Apache
+/// Flink (bench/runner: same input files, same queries, output checked equal, ratios in one run).
 fn bench(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");
     let mut engine = cargo();
@@ -285,6 +286,19 @@ fn bench(args: &[String]) -> Result<(), String> {
         engine.args(["--seconds", "5"]);
     }
     run(&mut engine)?;
+    // MB of Arrow input per format (MinIO rows only when install.sh put MinIO in the cache)
+    let sink_mb = if quick { "16" } else { "64" };
+    run(cargo().args([
+        "run",
+        "--release",
+        "--locked",
+        "-p",
+        "streamjob-filesink",
+        "--example",
+        "sink_bench",
+        "--",
+        sink_mb,
+    ]))?;
     let mut side_by_side = cargo();
     side_by_side.args([
         "run",
