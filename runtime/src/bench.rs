@@ -110,6 +110,7 @@ async fn measure(q: &str, parallelism: u32, interval: &str, seconds: u64) -> Res
             RunOptions {
                 restore: RestoreFrom::Empty,
                 max_restarts: 0,
+                standby: false,
             },
             s2,
             rx,

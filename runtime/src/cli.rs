@@ -3,12 +3,15 @@
 //!
 //! * `run MANIFEST [--from-savepoint PATH] [--resume]` — local mode.
 //! * `plan MANIFEST --from PATH [--json]` — restore compatibility; exit 0 compatible, 3 not.
-//! * `coordinator MANIFEST [--from-savepoint PATH] [--resume] [--control-addr ADDR]` — runtime pods.
+//! * `coordinator MANIFEST [--from-savepoint PATH] [--resume] [--standby] [--control-addr ADDR]
+//!   [--exit-grace 5s]` — runtime pods.
+//! * `dispose MANIFEST PATH...` — delete savepoints.
 //! * `worker` — not supported yet (the coordinator runs all subtasks).
 //! * `bench` — Nexmark throughput.
 //!
 //! MANIFEST is a path or `env:VAR`. Exit codes: 0 success, 1 failure, 2 usage or invalid
-//! manifest, 3 incompatible restore.
+//! manifest, 3 incompatible restore, 143 coordinator stopped by SIGTERM/SIGINT (after its final
+//! checkpoint). The termination message is described in [`crate::termination`].
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -18,6 +21,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use streamjob_crds::v1alpha1::StreamJob;
+use tracing::Instrument;
 
 use crate::coordinator::{Outcome, RestoreFrom, RunOptions, Shared, run_job};
 use crate::error::{Error, Result};
@@ -45,12 +49,22 @@ struct Cli {
 struct RunArgs {
     /// Manifest path, or env:VAR to read the YAML from an environment variable.
     manifest: String,
-    /// Restore from this savepoint (or checkpoint) directory.
-    #[arg(long, conflicts_with = "resume")]
+    /// Restore from this savepoint (or checkpoint) directory. With --resume: restore the latest
+    /// checkpoint taken after restoring it (this deployment's own progress), else it.
+    #[arg(long)]
     from_savepoint: Option<String>,
-    /// Restore the latest completed checkpoint in spec.checkpoints.dir.
+    /// Restore the latest completed checkpoint in spec.checkpoints.dir (with --from-savepoint:
+    /// only one taken after restoring that savepoint).
     #[arg(long)]
     resume: bool,
+    /// Load and plan the job graph, serve the control API in state `standby` and run nothing
+    /// until `POST /v1/start` (which decides the restore; --from-savepoint/--resume are ignored).
+    #[arg(long)]
+    standby: bool,
+    /// After a stop with savepoint, keep answering the control API this long before exiting
+    /// (when the control API is served).
+    #[arg(long, default_value = "5s")]
+    exit_grace: String,
     /// Address of the control API (run: off unless set; coordinator: ${POD_IP:-127.0.0.1}:8081).
     #[arg(long)]
     control_addr: Option<String>,
@@ -76,6 +90,12 @@ enum Command {
     },
     /// What runtime pods run: the coordinator with all subtasks and the control API.
     Coordinator(RunArgs),
+    /// Delete savepoint directories (refuses anything that is not a savepoint; missing is fine).
+    Dispose {
+        manifest: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
     /// A worker for multi-pod deployments (not supported yet).
     Worker {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -153,6 +173,7 @@ async fn dispatch(cli: Cli, registry: Registry) -> ExitCode {
             from,
             json,
         } => plan(&manifest, &from, json, &registry).await,
+        Command::Dispose { manifest, paths } => dispose(&manifest, &paths).await,
         Command::Worker { .. } => Err(Error::Unsupported(
             "the worker role: runtime pods run `coordinator`, which holds all subtasks (single-pod deployment)".into(),
         )),
@@ -169,6 +190,7 @@ async fn dispatch(cli: Cli, registry: Registry) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
+            crate::termination::write(&format!("error: {e}"));
             match e {
                 Error::Incompatible { .. } => ExitCode::from(EXIT_INCOMPATIBLE),
                 Error::Manifest(_) | Error::Plan { .. } | Error::Unsupported(_) => {
@@ -201,6 +223,7 @@ async fn plan(manifest: &str, from: &str, json: bool, registry: &Registry) -> Re
     } else {
         print!("{}", report.to_text());
     }
+    crate::termination::write(&crate::termination::plan_report(&report));
     Ok(if report.compatible {
         ExitCode::SUCCESS
     } else {
@@ -222,8 +245,10 @@ fn read_token(file: Option<&str>) -> Result<Option<String>> {
 
 async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<ExitCode> {
     let graph = load(&args.manifest, &registry).await?;
+    let exit_grace = streamjob_crds::units::parse_duration("--exit-grace", &args.exit_grace)?;
     let restore = match (&args.from_savepoint, args.resume) {
-        (Some(p), _) => RestoreFrom::Path(p.clone()),
+        (Some(p), true) => RestoreFrom::ResumeAfter(p.clone()),
+        (Some(p), false) => RestoreFrom::Path(p.clone()),
         (None, true) => RestoreFrom::LatestCheckpoint,
         (None, false) => match &graph.spec.initial_savepoint {
             Some(p) => RestoreFrom::Path(p.clone()),
@@ -240,6 +265,12 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
         )),
         (None, false) => None,
     };
+    if args.standby && (args.from_savepoint.is_some() || args.resume) {
+        tracing::info!(
+            "--standby: --from-savepoint/--resume are ignored, POST /v1/start decides the restore"
+        );
+    }
+    let serving = addr.is_some();
     if let Some(addr) = addr {
         let addr: SocketAddr = addr
             .parse()
@@ -252,7 +283,10 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
         let bound = crate::control::serve(shared.clone(), addr, token).await?;
         eprintln!("control API: http://{bound}");
     }
-    // signals → stop with savepoint; a second signal exits at once
+    // signals: `run` stops with a savepoint (the user's Ctrl-C); `coordinator` (pods: SIGTERM
+    // means the pod goes away) stops with a final checkpoint that `--resume` restores, because a
+    // savepoint nobody records would make the recreated pod rewind to an older checkpoint. A
+    // second signal, or a signal while nothing runs, exits at once.
     {
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -260,14 +294,47 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
             loop {
                 wait_for_signal().await;
                 count += 1;
-                if count == 1 {
-                    tracing::info!(
-                        "stop requested: taking a savepoint (signal again to exit at once)"
-                    );
-                    shared.request_savepoint(None, true);
-                } else {
-                    eprintln!("exiting without savepoint");
-                    std::process::exit(130);
+                let state = shared.status().state;
+                match state.as_str() {
+                    _ if count > 1 => {
+                        eprintln!("exiting without savepoint");
+                        std::process::exit(130);
+                    }
+                    "standby" | "finished" | "created" => {
+                        tracing::info!(%state, "signal: nothing runs, exiting");
+                        std::process::exit(0);
+                    }
+                    "failed" => std::process::exit(1),
+                    _ if shared
+                        .awaiting_start
+                        .load(std::sync::atomic::Ordering::SeqCst) =>
+                    {
+                        std::process::exit(1)
+                    }
+                    "stopping" => {
+                        // a stop with savepoint is under way: let it end, then exit
+                        shared
+                            .shutdown
+                            .store(true, std::sync::atomic::Ordering::SeqCst);
+                        tracing::info!(
+                            "signal during a stop with savepoint: exiting when it completes (signal again to exit at once)"
+                        );
+                    }
+                    _ if coordinator => {
+                        tracing::info!(
+                            "stop requested: taking a final checkpoint (signal again to exit at once)"
+                        );
+                        shared.request_stop_checkpoint();
+                    }
+                    _ => {
+                        tracing::info!(
+                            "stop requested: taking a savepoint (signal again to exit at once)"
+                        );
+                        shared
+                            .shutdown
+                            .store(true, std::sync::atomic::Ordering::SeqCst);
+                        shared.request_savepoint(None, true, false);
+                    }
                 }
             }
         });
@@ -296,6 +363,7 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
         RunOptions {
             restore,
             max_restarts: args.max_restarts,
+            standby: args.standby,
         },
         shared.clone(),
         requests,
@@ -304,12 +372,120 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
     match outcome {
         Outcome::Finished => {
             eprintln!("job finished");
+            Ok(ExitCode::SUCCESS)
         }
-        Outcome::Stopped { savepoint } => {
+        Outcome::Stopped { savepoint } | Outcome::StoppedToStandby { savepoint } => {
             println!("savepoint: {savepoint}");
+            crate::termination::write(&crate::termination::savepoint(&savepoint));
+            // whoever asked for the stop may not have read the savepoint's path yet: keep
+            // answering `GET /v1/savepoints/{id}` and `/v1/status` for a moment
+            if serving
+                && !exit_grace.is_zero()
+                && !shared.shutdown.load(std::sync::atomic::Ordering::SeqCst)
+            {
+                tracing::info!(grace = ?exit_grace, "stopped with a savepoint: exiting after the grace period");
+                tokio::time::sleep(exit_grace).await;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Checkpointed { checkpoint } => {
+            println!("checkpoint: {checkpoint}");
+            crate::termination::write(&crate::termination::checkpoint(&checkpoint));
+            // not 0: the job did not end, a restarted container resumes from the checkpoint
+            Ok(ExitCode::from(EXIT_SIGNALLED))
         }
     }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// Exit code of a coordinator stopped by a signal after its final checkpoint (128 + SIGTERM).
+pub const EXIT_SIGNALLED: u8 = 143;
+
+/// `dispose MANIFEST PATH...`: deletes savepoint directories on the manifest's storage.
+async fn dispose(manifest: &str, paths: &[String]) -> Result<ExitCode> {
+    let job = read_manifest(manifest)?;
+    let storage = job.spec.storage.as_ref();
+    let mut refused = Vec::new();
+    for path in paths {
+        let span = tracing::info_span!("dispose", %path);
+        match dispose_one(path, storage).instrument(span).await {
+            Ok(true) => println!("disposed {path}"),
+            Ok(false) => println!("already gone {path}"),
+            Err(e) => {
+                println!("refused {path}: {e}");
+                refused.push(format!("{path}: {e}"));
+            }
+        }
+    }
+    if refused.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(Error::Other(format!(
+            "refused to dispose {} path(s): {}",
+            refused.len(),
+            refused.join("; ")
+        )))
+    }
+}
+
+/// Deletes one savepoint; `Ok(false)` if there is nothing at `path`.
+async fn dispose_one(
+    path: &str,
+    storage: Option<&streamjob_crds::v1alpha1::StorageSpec>,
+) -> Result<bool> {
+    // `Location::parse` creates missing local directories: look before touching it
+    let trimmed = path.trim_end_matches('/');
+    let local = match trimmed.strip_prefix("file://") {
+        Some(p) => Some(p),
+        None if trimmed.contains("://") => None,
+        None => Some(trimmed),
+    };
+    if let Some(p) = local {
+        if p.is_empty() {
+            return Err(Error::Other(
+                "refusing to dispose the root directory".into(),
+            ));
+        }
+        if !std::path::Path::new(p).exists() {
+            return Ok(false);
+        }
+    }
+    let loc = Location::parse(path, storage)?;
+    if !loc.exists(crate::snapshot::METADATA_FILE).await? {
+        // nothing left (an empty directory, or an object store prefix without objects)
+        if loc.list_files().await?.is_empty() {
+            return Ok(false);
+        }
+        return Err(Error::Other(
+            "not a savepoint: no _metadata in this directory".into(),
+        ));
+    }
+    // only the kind matters: a savepoint of a newer format version is still a savepoint
+    #[derive(serde::Deserialize)]
+    struct Kind {
+        kind: crate::snapshot::SnapshotKind,
+    }
+    let bytes = loc.get(crate::snapshot::METADATA_FILE).await?;
+    let kind: Kind = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::Other(format!(
+            "not a savepoint: _metadata is not snapshot metadata ({e})"
+        ))
+    })?;
+    if kind.kind != crate::snapshot::SnapshotKind::Savepoint {
+        return Err(Error::Other(
+            "not a savepoint: _metadata says it is a checkpoint (checkpoints are managed by the runtime's retention)".into(),
+        ));
+    }
+    // `_metadata` goes last: an interrupted disposal leaves a directory that is still
+    // recognisably a savepoint, so a retry finishes it instead of refusing it
+    for (file, _) in loc.list_files().await? {
+        if file != crate::snapshot::METADATA_FILE {
+            loc.delete(&file).await?;
+        }
+    }
+    loc.delete(crate::snapshot::METADATA_FILE).await?;
+    loc.delete_dir("").await?;
+    tracing::info!("savepoint disposed");
+    Ok(true)
 }
 
 async fn wait_for_signal() {

@@ -2,14 +2,19 @@
 //!
 //! | method | path                   | body / answer |
 //! |--------|------------------------|---------------|
-//! | GET    | `/healthz` (no auth)   | 200 while the job graph is running, 503 otherwise |
+//! | GET    | `/healthz` (no auth)   | 200 while the job graph is running or in standby, 503 otherwise |
 //! | GET    | `/v1/status`           | [`crate::coordinator::JobStatus`] |
-//! | POST   | `/v1/savepoints`       | `{"dir"?: string, "stop": bool}` → 202 `{"id"}` |
+//! | POST   | `/v1/savepoints`       | `{"dir"?: string, "stop": bool, "standby"?: bool}` → 202 `{"id"}` (409 unless a job runs) |
 //! | GET    | `/v1/savepoints/{id}`  | `{"state": "pending"\|"completed"\|"failed", "path"?, "error"?}` |
+//! | POST   | `/v1/start`            | `{"fromSavepoint"?: string\|null}` → 202 `{"state": "restoring"}` (409 unless in standby) |
 //! | GET    | `/metrics`             | Prometheus text |
+//!
+//! `stop` with `standby`: after the savepoint the process stays up in state `standby` and a later
+//! `POST /v1/start {"fromSavepoint": P}` runs the job again from P in the same process.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::Json;
 use axum::Router;
@@ -35,6 +40,23 @@ struct SavepointBody {
     dir: Option<String>,
     #[serde(default)]
     stop: bool,
+    #[serde(default)]
+    standby: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct StartBody {
+    #[serde(default)]
+    from_savepoint: Option<String>,
+}
+
+fn conflict(message: String) -> Response {
+    (
+        StatusCode::CONFLICT,
+        Json(serde_json::json!({"error": message})),
+    )
+        .into_response()
 }
 
 async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
@@ -58,7 +80,8 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
 
 async fn healthz(State(st): State<AppState>) -> Response {
     let s = st.shared.status();
-    if s.state == "running" {
+    // a standby process is ready: it waits for `POST /v1/start` (shadow upgrades wait for it)
+    if s.state == "running" || s.state == "standby" {
         (StatusCode::OK, "ok").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, s.state).into_response()
@@ -73,17 +96,44 @@ async fn trigger(State(st): State<AppState>, body: Option<Json<SavepointBody>>) 
     let body = body.map(|b| b.0).unwrap_or(SavepointBody {
         dir: None,
         stop: false,
+        standby: false,
     });
     let state = st.shared.status().state;
-    if matches!(state.as_str(), "finished" | "failed") {
-        return (
-            StatusCode::CONFLICT,
-            Json(serde_json::json!({"error": format!("the job is {state}")})),
-        )
-            .into_response();
+    // nothing runs in these states: a queued request would wait for a later run
+    if matches!(state.as_str(), "finished" | "failed" | "standby")
+        || st.shared.awaiting_start.load(Ordering::SeqCst)
+    {
+        return conflict(format!("the job is {state}: no savepoint can be taken"));
     }
-    let id = st.shared.request_savepoint(body.dir, body.stop);
+    let id = st
+        .shared
+        .request_savepoint(body.dir, body.stop, body.standby);
     (StatusCode::ACCEPTED, Json(serde_json::json!({"id": id}))).into_response()
+}
+
+async fn start(State(st): State<AppState>, body: Option<Json<StartBody>>) -> Response {
+    let body = body.map(|b| b.0).unwrap_or_default();
+    if !st.shared.awaiting_start.load(Ordering::SeqCst) {
+        let state = st.shared.status().state;
+        return conflict(format!(
+            "the job is {state}, not in standby: only a coordinator in standby (--standby, or after a stop with standby) can be started"
+        ));
+    }
+    let from = body.from_savepoint.filter(|p| !p.is_empty());
+    let reply = st.shared.request_start(from.clone());
+    match tokio::time::timeout(std::time::Duration::from_secs(10), reply).await {
+        Ok(Ok(Ok(()))) => (
+            StatusCode::ACCEPTED,
+            Json(serde_json::json!({"state": "restoring", "fromSavepoint": from})),
+        )
+            .into_response(),
+        Ok(Ok(Err(e))) => conflict(e),
+        Ok(Err(_)) | Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"error": "the coordinator did not answer the start request"})),
+        )
+            .into_response(),
+    }
 }
 
 async fn savepoint(State(st): State<AppState>, Path(id): Path<String>) -> Response {
@@ -121,6 +171,7 @@ pub fn router(shared: Arc<Shared>, token: Option<String>) -> Router {
         .route("/v1/status", get(status))
         .route("/v1/savepoints", post(trigger))
         .route("/v1/savepoints/{id}", get(savepoint))
+        .route("/v1/start", post(start))
         .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(st.clone(), auth));
     Router::new()

@@ -18,8 +18,8 @@ use crate::metrics::{JobMetrics, OperatorMetrics};
 use crate::operator::OperatorContext;
 use crate::restore::check_restore;
 use crate::snapshot::{
-    FORMAT_VERSION, LoadedSnapshot, METADATA_FILE, OperatorMeta, SnapshotKind, SnapshotMetadata,
-    SubtaskMeta, latest_checkpoint, list_checkpoints,
+    FORMAT_VERSION, LoadedSnapshot, METADATA_FILE, OperatorMeta, ResumeChoice, SnapshotKind,
+    SnapshotMetadata, SubtaskMeta, choose_resume, latest_checkpoint, list_checkpoints,
 };
 use crate::storage::Location;
 use crate::task::{
@@ -36,6 +36,9 @@ pub enum RestoreFrom {
     Path(String),
     /// The latest completed checkpoint in `spec.checkpoints.dir` (empty if there is none).
     LatestCheckpoint,
+    /// `--from-savepoint P --resume`: the latest completed checkpoint in `spec.checkpoints.dir`
+    /// taken after restoring P (by lineage, see [`crate::snapshot::choose_resume`]), else P.
+    ResumeAfter(String),
 }
 
 /// How a run ended.
@@ -45,6 +48,13 @@ pub enum Outcome {
     Finished,
     /// Stopped with a savepoint at this path.
     Stopped { savepoint: String },
+    /// Stopped with a savepoint at this path, asked to stand by for `POST /v1/start` afterwards
+    /// (only seen inside [`run_job`], which then waits in state `standby`; returned as `Stopped`
+    /// when the process is shutting down).
+    StoppedToStandby { savepoint: String },
+    /// Stopped (SIGTERM in coordinator mode) with a final checkpoint at this path, which
+    /// `--resume` restores.
+    Checkpointed { checkpoint: String },
 }
 
 /// A reference to a completed snapshot, as the status reports it.
@@ -106,12 +116,22 @@ pub struct SavepointRequestState {
 }
 
 /// Requests from the control API (and signals) to the coordinator.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum ControlRequest {
     Savepoint {
         id: String,
         dir: Option<String>,
         stop: bool,
+        /// With `stop`: wait in state `standby` afterwards instead of ending.
+        standby: bool,
+    },
+    /// Stop with a final checkpoint into the checkpoint directory (SIGTERM in coordinator mode).
+    StopWithCheckpoint,
+    /// `POST /v1/start`: a job in standby restores `from_savepoint` (or starts empty) and runs.
+    /// The reply says whether it was accepted.
+    Start {
+        from_savepoint: Option<String>,
+        reply: tokio::sync::oneshot::Sender<std::result::Result<(), String>>,
     },
 }
 
@@ -123,6 +143,10 @@ pub struct Shared {
     pub savepoints: Mutex<HashMap<String, SavepointRequestState>>,
     pub requests: mpsc::UnboundedSender<ControlRequest>,
     next_request: std::sync::atomic::AtomicU64,
+    /// Whether the coordinator waits for `POST /v1/start` (standby, or failed after a start).
+    pub awaiting_start: std::sync::atomic::AtomicBool,
+    /// The process is shutting down (signal): no restarts, no standby after a stop.
+    pub shutdown: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -137,13 +161,15 @@ impl Shared {
                 savepoints: Mutex::new(HashMap::new()),
                 requests: tx,
                 next_request: std::sync::atomic::AtomicU64::new(1),
+                awaiting_start: std::sync::atomic::AtomicBool::new(false),
+                shutdown: std::sync::atomic::AtomicBool::new(false),
             }),
             rx,
         )
     }
 
     /// Queues a savepoint; returns the request id.
-    pub fn request_savepoint(&self, dir: Option<String>, stop: bool) -> String {
+    pub fn request_savepoint(&self, dir: Option<String>, stop: bool, standby: bool) -> String {
         let n = self.next_request.fetch_add(1, Ordering::Relaxed);
         let id = format!("sp-{n}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
         if let Ok(mut m) = self.savepoints.lock() {
@@ -160,8 +186,31 @@ impl Shared {
             id: id.clone(),
             dir,
             stop,
+            standby,
         });
         id
+    }
+
+    /// Asks the running job to stop with a final checkpoint (and not to restart or stand by).
+    pub fn request_stop_checkpoint(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        let _ = self.requests.send(ControlRequest::StopWithCheckpoint);
+    }
+
+    /// Asks a job in standby to start; the receiver gets whether it was accepted.
+    pub fn request_start(
+        &self,
+        from_savepoint: Option<String>,
+    ) -> tokio::sync::oneshot::Receiver<std::result::Result<(), String>> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        if let Err(e) = self.requests.send(ControlRequest::Start {
+            from_savepoint,
+            reply,
+        }) && let ControlRequest::Start { reply, .. } = e.0
+        {
+            let _ = reply.send(Err("the coordinator is gone".into()));
+        }
+        rx
     }
 
     /// A snapshot of the status with current counters.
@@ -213,6 +262,9 @@ pub struct RunOptions {
     pub restore: RestoreFrom,
     /// Restarts allowed before the job fails for good.
     pub max_restarts: u32,
+    /// Start in state `standby`: run nothing until `POST /v1/start` (which decides the restore;
+    /// `restore` is then ignored).
+    pub standby: bool,
 }
 
 struct Pending {
@@ -221,6 +273,10 @@ struct Pending {
     deadline: tokio::time::Instant,
     acks: BTreeMap<(usize, usize), Option<(String, u64)>>,
     request: Option<String>,
+    /// A stop-with-savepoint that stands by afterwards.
+    standby: bool,
+    /// A final checkpoint asked for by a stop (not the end of bounded input).
+    stop_checkpoint: bool,
 }
 
 struct Attempt {
@@ -348,6 +404,7 @@ fn metadata_for(
     graph: &JobGraph,
     barrier: &Barrier,
     acks: &BTreeMap<(usize, usize), Option<(String, u64)>>,
+    lineage: &[String],
 ) -> SnapshotMetadata {
     let operators = graph
         .steps
@@ -384,6 +441,7 @@ fn metadata_for(
         max_parallelism: graph.max_parallelism,
         parallelism: graph.spec.parallelism,
         operators,
+        lineage: lineage.to_vec(),
     }
 }
 
@@ -406,6 +464,36 @@ pub async fn resolve_restore(
                 }
             }
         }
+        RestoreFrom::ResumeAfter(p) => {
+            let sp_loc = Location::parse(p, storage)?;
+            let sp = SnapshotMetadata::read(&sp_loc).await?;
+            let dir = Location::parse(&graph.spec.checkpoints.dir, storage)?;
+            let mut checkpoints = Vec::new();
+            for (id, complete) in list_checkpoints(&dir).await? {
+                if !complete {
+                    continue;
+                }
+                let loc = dir.child(&format!("chk-{id}"));
+                match SnapshotMetadata::read(&loc).await {
+                    Ok(m) => checkpoints.push((id, m)),
+                    // an unreadable checkpoint cannot be proven to be ours: never restore it
+                    Err(e) => {
+                        tracing::warn!(checkpoint = %loc.display(), error = %e, "ignoring an unreadable checkpoint")
+                    }
+                }
+            }
+            match choose_resume(&sp, &checkpoints) {
+                ResumeChoice::Checkpoint { id, reason } => {
+                    let loc = dir.child(&format!("chk-{id}"));
+                    tracing::info!(chosen = %loc.display(), savepoint = %sp_loc.display(), %reason, "resuming from a checkpoint taken after the savepoint");
+                    loc
+                }
+                ResumeChoice::Savepoint { reason } => {
+                    tracing::info!(chosen = %sp_loc.display(), %reason, "resuming from the savepoint");
+                    sp_loc
+                }
+            }
+        }
     };
     let snap = LoadedSnapshot::load(&loc).await?;
     let report = check_restore(
@@ -424,12 +512,114 @@ pub async fn resolve_restore(
     Ok(Some((snap, loc)))
 }
 
-/// Runs the job until it finishes, is stopped with a savepoint, or fails for good.
+/// Runs the job until it finishes, is stopped (savepoint, or final checkpoint on a signal), or
+/// fails for good. With `standby` (or after a stop-with-savepoint asking for it) it waits in state
+/// `standby` for `POST /v1/start` and runs again in this process: a shadow upgrade's old version
+/// stays warm for an instant rollback.
 pub async fn run_job(
     graph: JobGraph,
     opts: RunOptions,
     shared: Arc<Shared>,
     mut requests: mpsc::UnboundedReceiver<ControlRequest>,
+) -> Result<Outcome> {
+    let mut standby = opts.standby;
+    let mut restore = opts.restore.clone();
+    // checkpoint ids keep growing across the runs of this process
+    let mut next_id = 0u64;
+    let mut failed = false;
+    loop {
+        if standby {
+            restore = wait_for_start(&shared, &mut requests, !failed).await?;
+        }
+        let from_standby = standby;
+        let span = tracing::info_span!("run", restore = ?restore);
+        let result = run_session(
+            &graph,
+            &restore,
+            opts.max_restarts,
+            &shared,
+            &mut requests,
+            &mut next_id,
+        )
+        .instrument(span)
+        .await;
+        let shutdown = shared.shutdown.load(Ordering::SeqCst);
+        match result {
+            Ok(Outcome::StoppedToStandby { savepoint }) if shutdown => {
+                return Ok(Outcome::Stopped { savepoint });
+            }
+            Ok(Outcome::StoppedToStandby { savepoint }) => {
+                tracing::info!(%savepoint, "stopped with a savepoint: standing by for POST /v1/start");
+                standby = true;
+                failed = false;
+            }
+            Err(e) => {
+                shared.update(|s| {
+                    s.state = "failed".into();
+                    s.failure = Some(e.to_string());
+                });
+                // a job started from standby keeps the process up, so the operator reads the
+                // reason and may start it again (a rollback)
+                if !from_standby || shutdown {
+                    return Err(e);
+                }
+                tracing::error!(error = %e, "the job failed: waiting for POST /v1/start");
+                failed = true;
+            }
+            Ok(other) => return Ok(other),
+        }
+    }
+}
+
+/// Waits for `POST /v1/start`; answers savepoint requests meanwhile (there is nothing to
+/// snapshot). With `show` the state reads `standby` (else it keeps `failed`).
+async fn wait_for_start(
+    shared: &Arc<Shared>,
+    requests: &mut mpsc::UnboundedReceiver<ControlRequest>,
+    show: bool,
+) -> Result<RestoreFrom> {
+    if show {
+        shared.set_state("standby");
+    }
+    shared.awaiting_start.store(true, Ordering::SeqCst);
+    tracing::info!("standing by: waiting for POST /v1/start");
+    loop {
+        let Some(req) = requests.recv().await else {
+            return Err(Error::Cancelled(
+                "the control channel closed in standby".into(),
+            ));
+        };
+        match req {
+            ControlRequest::Start {
+                from_savepoint,
+                reply,
+            } => {
+                shared.awaiting_start.store(false, Ordering::SeqCst);
+                // `restoring` before the reply: whoever reads the status next sees the start
+                shared.set_state("restoring");
+                let _ = reply.send(Ok(()));
+                tracing::info!(from_savepoint = ?from_savepoint, "start requested");
+                return Ok(match from_savepoint {
+                    Some(p) => RestoreFrom::Path(p),
+                    None => RestoreFrom::Empty,
+                });
+            }
+            ControlRequest::Savepoint { id, .. } => {
+                shared.finish_request(&id, Err("the job is not running (standby)".into()));
+            }
+            ControlRequest::StopWithCheckpoint => {}
+        }
+    }
+}
+
+/// One run of the job graph from `restore`, with restarts from its own latest checkpoint.
+async fn run_session(
+    graph: &JobGraph,
+    restore: &RestoreFrom,
+    max_restarts: u32,
+    shared: &Arc<Shared>,
+    requests: &mut mpsc::UnboundedReceiver<ControlRequest>,
+    next_id: &mut u64,
 ) -> Result<Outcome> {
     let spec = graph.spec.clone();
     let storage = spec.storage.as_ref();
@@ -441,7 +631,19 @@ pub async fn run_job(
     let retained = spec.checkpoints.retained.max(1) as usize;
 
     shared.set_state("restoring");
-    let resolved = resolve_restore(&graph, &opts.restore).await?;
+    // a run from standby reports only its own progress (the operator promotes a new version at
+    // its first checkpoint that is not the one it restored)
+    shared.update(|s| {
+        s.restored_from = None;
+        s.latest_checkpoint = None;
+        s.failure = None;
+    });
+    let resolved = resolve_restore(graph, restore).await?;
+    // checkpoints of this run record what their state descends from
+    let lineage = resolved
+        .as_ref()
+        .map(|(s, _)| s.metadata.lineage_of_descendants())
+        .unwrap_or_default();
     // where a failed attempt restarts from: the latest checkpoint completed by this run, else
     // the snapshot the run started from (never an older run's checkpoint)
     let mut restart_point: Option<Location> = resolved.as_ref().map(|(_, l)| l.clone());
@@ -462,9 +664,9 @@ pub async fn run_job(
         })
     });
     let existing = list_checkpoints(&ckpt_dir).await?;
-    let mut next_id = existing.keys().next_back().copied().unwrap_or(0) + 1;
+    *next_id = (*next_id).max(existing.keys().next_back().copied().unwrap_or(0) + 1);
     if let Some(s) = &snapshot {
-        next_id = next_id.max(s.metadata.checkpoint_id + 1);
+        *next_id = (*next_id).max(s.metadata.checkpoint_id + 1);
         tracing::info!(path = %s.path, checkpoint = s.metadata.checkpoint_id, "restoring");
     }
     let metrics: Vec<Arc<OperatorMetrics>> = graph
@@ -478,32 +680,37 @@ pub async fn run_job(
     let mut restarts = 0u32;
     let mut queued: Vec<ControlRequest> = Vec::new();
     loop {
-        let attempt = spawn_attempt(&graph, snapshot.as_ref(), &metrics)?;
+        let attempt = spawn_attempt(graph, snapshot.as_ref(), &metrics)?;
         shared.set_state("running");
         tracing::info!(subtasks = attempt.subtasks, "job running");
         let result = run_attempt(
-            &graph,
+            graph,
             attempt,
-            &shared,
-            &mut requests,
+            shared,
+            requests,
             &mut queued,
             &ckpt_dir,
-            &mut next_id,
+            next_id,
             interval,
             timeout,
             retained,
             restart_point.clone(),
+            &lineage,
         )
         .await;
         match result {
             Ok((outcome, _)) => {
-                shared.set_state("finished");
+                shared.set_state(match outcome {
+                    Outcome::StoppedToStandby { .. } => "standby",
+                    _ => "finished",
+                });
                 return Ok(outcome);
             }
             Err((e, latest)) => {
                 restarts += 1;
                 shared.update(|s| s.failure = Some(e.to_string()));
-                if restarts > opts.max_restarts {
+                // a process asked to shut down does not restart: the next one resumes
+                if restarts > max_restarts || shared.shutdown.load(Ordering::SeqCst) {
                     shared.set_state("failed");
                     return Err(Error::TooManyRestarts {
                         restarts: restarts - 1,
@@ -539,6 +746,7 @@ async fn run_attempt(
     timeout: Duration,
     retained: usize,
     restart_point: Option<Location>,
+    lineage: &[String],
 ) -> std::result::Result<(Outcome, Option<Location>), (Error, Option<Location>)> {
     // the latest completed checkpoint (restart point) known so far
     let mut latest: Option<Location> = restart_point;
@@ -574,14 +782,38 @@ async fn run_attempt(
             deadline: tokio::time::Instant::now() + timeout,
             acks: BTreeMap::new(),
             request,
+            standby: false,
+            stop_checkpoint: false,
         }
     };
 
     loop {
         // start what is due
         if pending.is_none() && ending.is_none() {
-            if let Some(ControlRequest::Savepoint { id: req, dir, stop }) =
-                (!queued.is_empty()).then(|| queued.remove(0))
+            let next = (!queued.is_empty()).then(|| queued.remove(0));
+            if let Some(ControlRequest::StopWithCheckpoint) = next {
+                let id = *next_id;
+                *next_id += 1;
+                shared.set_state("stopping");
+                tracing::info!(
+                    checkpoint = id,
+                    "stopping with a final checkpoint (--resume restores it)"
+                );
+                let mut p = trigger(
+                    BarrierKind::Checkpoint { last: true },
+                    ckpt_dir.child(&format!("chk-{id}")),
+                    None,
+                    id,
+                    &attempt.commands,
+                );
+                p.stop_checkpoint = true;
+                pending = Some(p);
+            } else if let Some(ControlRequest::Savepoint {
+                id: req,
+                dir,
+                stop,
+                standby,
+            }) = next
             {
                 let dir = dir.unwrap_or_else(|| graph.spec.savepoint_dir());
                 let id = *next_id;
@@ -595,13 +827,15 @@ async fn run_attempt(
                         if stop {
                             shared.set_state("stopping");
                         }
-                        pending = Some(trigger(
+                        let mut p = trigger(
                             BarrierKind::Savepoint { stop },
                             loc.child(&name),
                             Some(req),
                             id,
                             &attempt.commands,
-                        ));
+                        );
+                        p.standby = stop && standby;
+                        pending = Some(p);
                     }
                     Err(e) => shared.finish_request(&req, Err(e.to_string())),
                 }
@@ -655,7 +889,7 @@ async fn run_attempt(
                         }
                         let Some(p) = pending.take() else { continue };
                         let span = tracing::info_span!("checkpoint", id = p.barrier.id);
-                        let done = complete(graph, &p, shared, ckpt_dir, retained).instrument(span).await;
+                        let done = complete(graph, &p, shared, ckpt_dir, retained, lineage).instrument(span).await;
                         match done {
                             Ok(path) => {
                                 let notify = match p.barrier.kind {
@@ -668,7 +902,9 @@ async fn run_attempt(
                                 if p.barrier.ends_stream() {
                                     ending = Some((p.barrier.id, Some(path.clone())));
                                     ended_with = Some(match p.barrier.kind {
+                                        BarrierKind::Savepoint { .. } if p.standby => Outcome::StoppedToStandby { savepoint: path.clone() },
                                         BarrierKind::Savepoint { .. } => Outcome::Stopped { savepoint: path.clone() },
+                                        BarrierKind::Checkpoint { .. } if p.stop_checkpoint => Outcome::Checkpointed { checkpoint: path.clone() },
                                         BarrierKind::Checkpoint { .. } => Outcome::Finished,
                                     });
                                 }
@@ -698,13 +934,17 @@ async fn run_attempt(
                 }
             }
             req = requests.recv() => {
-                if let Some(req) = req {
-                    if ending.is_some() {
-                        let ControlRequest::Savepoint { id, .. } = &req;
-                        shared.finish_request(id, Err("the job is ending".into()));
-                    } else {
-                        queued.push(req);
+                match req {
+                    Some(ControlRequest::Start { reply, .. }) => {
+                        let _ = reply.send(Err("the job is running, not in standby".into()));
                     }
+                    Some(ControlRequest::Savepoint { id, .. }) if ending.is_some() => {
+                        shared.finish_request(&id, Err("the job is ending".into()));
+                    }
+                    // the job ends anyway
+                    Some(ControlRequest::StopWithCheckpoint) if ending.is_some() => {}
+                    Some(req) => queued.push(req),
+                    None => {}
                 }
             }
             _ = ticker.tick(), if pending.is_none() && ending.is_none() && queued.is_empty() => {
@@ -755,8 +995,9 @@ async fn complete(
     shared: &Arc<Shared>,
     ckpt_dir: &Location,
     retained: usize,
+    lineage: &[String],
 ) -> Result<String> {
-    let meta = metadata_for(graph, &p.barrier, &p.acks);
+    let meta = metadata_for(graph, &p.barrier, &p.acks, lineage);
     p.barrier.target.put(METADATA_FILE, meta.to_json()?).await?;
     let duration = p.started.elapsed();
     let info = SnapshotInfo {
@@ -923,6 +1164,7 @@ mod tests {
             RunOptions {
                 restore: RestoreFrom::Empty,
                 max_restarts: 3,
+                standby: false,
             },
             shared.clone(),
             rx,
@@ -976,6 +1218,7 @@ mod tests {
             RunOptions {
                 restore: RestoreFrom::Empty,
                 max_restarts: 2,
+                standby: false,
             },
             shared.clone(),
             rx,

@@ -22,5 +22,6 @@ pub mod restore;
 pub mod snapshot;
 pub mod storage;
 pub mod task;
+pub mod termination;
 
 pub use error::{Error, Result};

@@ -275,6 +275,7 @@ mod tests {
             max_parallelism: 128,
             parallelism: 2,
             operators: ops,
+            lineage: Vec::new(),
         }
     }
 

@@ -11,6 +11,11 @@
 //! |---------------|---------|----------------------------------------|
 //! | 1             | 0.1.x   | first version (golden files in tests/golden/v1) |
 //!
+//! Fields added within version 1 (optional, so older files still decode and older runtimes
+//! ignore them): `lineage` — the identities ([`SnapshotMetadata::identity`]) of the snapshots the
+//! job's state descends from, oldest first. `--from-savepoint P --resume` uses it to tell this
+//! deployment's own checkpoints (taken after restoring P) from older ones in the same directory.
+//!
 //! State file layout (version 1, little endian): magic `SJS1`, `u32` number of list-state
 //! entries, each `u32 len` + bytes, `u32` number of key groups, each `u32 key group`,
 //! `u32 len` + bytes.
@@ -52,7 +57,16 @@ pub struct SnapshotMetadata {
     pub parallelism: u32,
     /// The job graph in pipeline order.
     pub operators: Vec<OperatorMeta>,
+    /// Identities of the snapshots this state descends from, oldest first (at most
+    /// [`MAX_LINEAGE`]); empty for a job started without state and in files written before the
+    /// field existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<String>,
 }
+
+/// Longest lineage kept: one entry per restore, so this is hundreds of restarts; only the newest
+/// entries matter (the savepoint a deployment started from is recent).
+pub const MAX_LINEAGE: usize = 256;
 
 /// One operator in `_metadata`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -120,6 +134,84 @@ impl SnapshotMetadata {
     /// The operator entry of `uid`.
     pub fn operator(&self, uid: &str) -> Option<&OperatorMeta> {
         self.operators.iter().find(|o| o.uid == uid)
+    }
+
+    /// A name for this snapshot that survives moving it (only fields of `_metadata`, no path) and
+    /// that works for files written before lineage existed, like the golden savepoints.
+    pub fn identity(&self) -> String {
+        let kind = match self.kind {
+            SnapshotKind::Checkpoint => "checkpoint",
+            SnapshotKind::Savepoint => "savepoint",
+        };
+        format!(
+            "{}/{kind}-{}/{}",
+            self.job_name, self.checkpoint_id, self.created_at
+        )
+    }
+
+    /// The lineage of snapshots taken by a job that restored this one.
+    pub fn lineage_of_descendants(&self) -> Vec<String> {
+        let mut l = self.lineage.clone();
+        l.push(self.identity());
+        if l.len() > MAX_LINEAGE {
+            l.drain(..l.len() - MAX_LINEAGE);
+        }
+        l
+    }
+
+    /// Whether this snapshot was taken by a job whose state descends from `ancestor`.
+    pub fn descends_from(&self, ancestor: &SnapshotMetadata) -> bool {
+        let id = ancestor.identity();
+        self.lineage.iter().any(|l| *l == id)
+    }
+}
+
+/// What `--from-savepoint P --resume` restores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResumeChoice {
+    /// The checkpoint `chk-<id>` of the checkpoint directory.
+    Checkpoint { id: u64, reason: String },
+    /// The savepoint P itself.
+    Savepoint { reason: String },
+}
+
+/// Picks what `--from-savepoint P --resume` restores: the newest complete checkpoint (of
+/// `checkpoints`, `(id, _metadata)` per `chk-<id>`) taken by a job whose state descends from P —
+/// this deployment's own progress since P — else P. A checkpoint that does not record P in its
+/// lineage is never taken, whatever its id: it is an older run's (for example the previous
+/// version's, which P's stop already committed), and restoring it would emit that output again.
+pub fn choose_resume(
+    savepoint: &SnapshotMetadata,
+    checkpoints: &[(u64, SnapshotMetadata)],
+) -> ResumeChoice {
+    let mut ignored = 0usize;
+    let mut best: Option<u64> = None;
+    for (id, meta) in checkpoints {
+        // a descendant's id is above P's: the coordinator numbers checkpoints after the restored
+        // snapshot; anything else is not P's progress even if its lineage says so
+        if meta.kind == SnapshotKind::Checkpoint
+            && meta.descends_from(savepoint)
+            && *id > savepoint.checkpoint_id
+        {
+            best = best.max(Some(*id));
+        } else {
+            ignored += 1;
+        }
+    }
+    match best {
+        Some(id) => ResumeChoice::Checkpoint {
+            id,
+            reason: format!(
+                "chk-{id} is the latest checkpoint taken after restoring {} ({ignored} older or unrelated checkpoints ignored)",
+                savepoint.identity()
+            ),
+        },
+        None => ResumeChoice::Savepoint {
+            reason: format!(
+                "no checkpoint was taken after restoring {} ({ignored} older or unrelated checkpoints ignored)",
+                savepoint.identity()
+            ),
+        },
     }
 }
 
@@ -319,6 +411,7 @@ mod tests {
                     bytes: 10,
                 }],
             }],
+            lineage: Vec::new(),
         }
     }
 
@@ -371,6 +464,86 @@ mod tests {
         let future = text.replace("\"formatVersion\": 1", "\"formatVersion\": 99");
         let err = SnapshotMetadata::from_json("x", future.as_bytes()).unwrap_err();
         assert!(err.to_string().contains("version 99"), "{err}");
+    }
+
+    #[test]
+    fn lineage_is_optional_and_round_trips() {
+        let m = sample_metadata();
+        let text = String::from_utf8(m.to_json().unwrap()).unwrap();
+        assert!(!text.contains("lineage"), "empty lineage is not written");
+        let mut child = sample_metadata();
+        child.kind = SnapshotKind::Checkpoint;
+        child.checkpoint_id = 8;
+        child.lineage = m.lineage_of_descendants();
+        assert!(child.descends_from(&m));
+        assert!(!m.descends_from(&child));
+        let back = SnapshotMetadata::from_json("x", &child.to_json().unwrap()).unwrap();
+        assert_eq!(back, child);
+        // the lineage stays bounded and keeps the newest entries
+        let mut long = sample_metadata();
+        long.lineage = (0..MAX_LINEAGE + 10).map(|i| format!("x{i}")).collect();
+        let l = long.lineage_of_descendants();
+        assert_eq!(l.len(), MAX_LINEAGE);
+        assert_eq!(l.last().unwrap(), &long.identity());
+    }
+
+    fn checkpoint(id: u64, lineage: Vec<String>) -> (u64, SnapshotMetadata) {
+        let mut m = sample_metadata();
+        m.kind = SnapshotKind::Checkpoint;
+        m.checkpoint_id = id;
+        m.created_at = format!("2026-01-01T00:00:{:02}Z", id % 60);
+        m.lineage = lineage;
+        (id, m)
+    }
+
+    #[test]
+    fn resume_after_a_savepoint_never_picks_an_older_runs_checkpoint() {
+        // P: savepoint 7 taken by the previous version, which ran from savepoint S0
+        let s0 = sample_metadata();
+        let mut p = sample_metadata();
+        p.lineage = s0.lineage_of_descendants();
+        p.created_at = "2026-01-01T01:00:00Z".into();
+        // the previous version's checkpoints, one with an id above P's (e.g. written after a
+        // rollback), and nothing of ours yet: P itself
+        let older = vec![
+            checkpoint(5, s0.lineage_of_descendants()),
+            checkpoint(6, s0.lineage_of_descendants()),
+            checkpoint(40, s0.lineage_of_descendants()),
+            checkpoint(41, Vec::new()),
+        ];
+        assert!(matches!(
+            choose_resume(&p, &older),
+            ResumeChoice::Savepoint { reason } if reason.contains("4 older or unrelated")
+        ));
+        // our own checkpoints after P, also one restored from our own checkpoint after a crash
+        let (_, ours) = checkpoint(8, p.lineage_of_descendants());
+        let mut all = older.clone();
+        all.push((8, ours.clone()));
+        all.push(checkpoint(9, ours.lineage_of_descendants()));
+        assert_eq!(
+            choose_resume(&p, &all),
+            ResumeChoice::Checkpoint {
+                id: 9,
+                reason: format!(
+                    "chk-9 is the latest checkpoint taken after restoring {} (4 older or unrelated checkpoints ignored)",
+                    p.identity()
+                )
+            }
+        );
+        // a savepoint in the checkpoint directory or a descendant numbered below P is not taken
+        let mut sp = checkpoint(50, p.lineage_of_descendants());
+        sp.1.kind = SnapshotKind::Savepoint;
+        let low = checkpoint(3, p.lineage_of_descendants());
+        assert!(matches!(
+            choose_resume(&p, &[sp, low]),
+            ResumeChoice::Savepoint { .. }
+        ));
+        // P restored from a checkpoint directory entry: P's own entry is not its descendant
+        let (_, p_as_chk) = checkpoint(7, Vec::new());
+        assert!(matches!(
+            choose_resume(&p_as_chk, &[(7, p_as_chk.clone())]),
+            ResumeChoice::Savepoint { .. }
+        ));
     }
 
     #[test]

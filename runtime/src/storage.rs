@@ -195,6 +195,14 @@ impl Location {
         Ok(out)
     }
 
+    /// Deletes one object (missing is fine).
+    pub async fn delete(&self, rel: &str) -> Result<()> {
+        match self.store.delete(&self.path(rel)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err(rel, e)),
+        }
+    }
+
     /// Deletes everything below `rel` (best effort: missing objects are fine).
     pub async fn delete_dir(&self, rel: &str) -> Result<()> {
         let dir = self.child(rel);

@@ -105,8 +105,13 @@ struct Running {
 }
 
 fn start(args: &[&str]) -> Running {
+    start_env(args, &[])
+}
+
+fn start_env(args: &[&str], env: &[(&str, &Path)]) -> Running {
     let mut child = Command::new(BIN)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -372,14 +377,18 @@ fn control_api_status_savepoint_and_metrics() {
     let m = manifest(dir.path(), "api", &job);
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "s3cret\n").unwrap();
-    let run = start(&[
-        "coordinator",
-        m.to_str().unwrap(),
-        "--control-addr",
-        "127.0.0.1:0",
-        "--token-file",
-        token_file.to_str().unwrap(),
-    ]);
+    let message = dir.path().join("termination-log");
+    let run = start_env(
+        &[
+            "coordinator",
+            m.to_str().unwrap(),
+            "--control-addr",
+            "127.0.0.1:0",
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ],
+        &[(TERMINATION_ENV, &message)],
+    );
     let line = run.wait_line("control API listening").unwrap();
     let addr = line
         .split("bound=")
@@ -391,7 +400,7 @@ fn control_api_status_savepoint_and_metrics() {
         .to_string();
     assert!(run.wait_checkpoint(1));
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    let stopped = rt.block_on(async {
         let c = reqwest::Client::new();
         let base = format!("http://{addr}");
         assert_eq!(
@@ -462,19 +471,66 @@ fn control_api_status_savepoint_and_metrics() {
             }
         };
         assert!(Path::new(&path).join("_metadata").exists());
-        let r = c
+        let r: serde_json::Value = c
             .post(format!("{base}/v1/savepoints"))
             .bearer_auth("s3cret")
             .json(&serde_json::json!({"stop": true}))
             .send()
             .await
+            .unwrap()
+            .json()
+            .await
             .unwrap();
-        assert_eq!(r.status(), 202);
+        // the stopped job keeps answering (exit grace) until its savepoint has been read
+        let id = r["id"].as_str().unwrap().to_string();
+        let deadline = std::time::Instant::now() + WAIT;
+        let path = loop {
+            let s: serde_json::Value = c
+                .get(format!("{base}/v1/savepoints/{id}"))
+                .bearer_auth("s3cret")
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            match s["state"].as_str().unwrap() {
+                "pending" if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                "completed" => break s["path"].as_str().unwrap().to_string(),
+                other => panic!("savepoint {other}: {s}"),
+            }
+        };
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let s: serde_json::Value = c
+                .get(format!("{base}/v1/status"))
+                .bearer_auth("s3cret")
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if s["state"] == "finished" {
+                assert_eq!(s["lastSavepoint"]["path"], path.as_str());
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{s}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        path
     });
     let (code, lines) = run.finish();
     assert_eq!(code, 0);
     let sp = savepoint_line(&lines);
+    assert_eq!(sp, stopped);
     assert!(Path::new(&sp).join("_metadata").exists());
+    assert_eq!(
+        std::fs::read_to_string(&message).unwrap(),
+        format!("{{\"savepoint\":\"{sp}\"}}")
+    );
 }
 
 /// Per (key, window start): count, sum, max, avg — for the golden job.
@@ -675,4 +731,501 @@ fn sigkill_and_resume_with_file_sink_is_exactly_once() {
     }
     assert_eq!(rows, got.len(), "a window was written twice");
     assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+}
+
+const TERMINATION_ENV: &str = "STREAMJOB_TERMINATION_MESSAGE_PATH";
+
+/// How long a test waits for a condition before it fails.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The control API of a running coordinator (no token: loopback).
+struct Api {
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+    base: String,
+}
+
+impl Api {
+    /// Waits for the `control API listening` log line of `run`.
+    fn of(run: &Running) -> Api {
+        let line = run.wait_line("control API listening").unwrap();
+        let addr = line
+            .split("bound=")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string();
+        Api {
+            rt: tokio::runtime::Runtime::new().unwrap(),
+            client: reqwest::Client::new(),
+            base: format!("http://{addr}"),
+        }
+    }
+
+    fn send(&self, req: reqwest::RequestBuilder) -> (u16, serde_json::Value) {
+        self.rt.block_on(async {
+            let r = req.send().await.unwrap();
+            let code = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            (
+                code,
+                serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+            )
+        })
+    }
+
+    fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        self.send(self.client.get(format!("{}{path}", self.base)))
+    }
+
+    fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.send(self.client.post(format!("{}{path}", self.base)).json(&body))
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let (code, s) = self.get("/v1/status");
+        assert_eq!(code, 200, "{s}");
+        s
+    }
+
+    /// Polls the status until `ok` holds (fails after [`WAIT`]).
+    fn wait_status(
+        &self,
+        what: &str,
+        ok: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let s = self.status();
+            if ok(&s) {
+                return s;
+            }
+            assert!(std::time::Instant::now() < deadline, "never {what}: {s}");
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Triggers a savepoint and polls it until completed; returns (request id, path).
+    fn savepoint(&self, body: serde_json::Value) -> (String, String) {
+        let (code, r) = self.post("/v1/savepoints", body);
+        assert_eq!(code, 202, "{r}");
+        let id = r["id"].as_str().unwrap().to_string();
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let (_, s) = self.get(&format!("/v1/savepoints/{id}"));
+            match s["state"].as_str().unwrap() {
+                "completed" => return (id, s["path"].as_str().unwrap().to_string()),
+                "pending" if std::time::Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(50))
+                }
+                _ => panic!("savepoint {id}: {s}"),
+            }
+        }
+    }
+}
+
+/// Committed (visible) rows of the file sink: (row count, aggregates).
+fn read_sink(out: &Path) -> (usize, Aggregates) {
+    let mut got = Aggregates::new();
+    let mut rows = 0;
+    if !out.exists() {
+        return (0, got);
+    }
+    for f in walk(out) {
+        let name = f.file_name().unwrap().to_str().unwrap().to_string();
+        if name.starts_with('.') {
+            continue;
+        }
+        let lines: Vec<String> = std::fs::read_to_string(&f)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        rows += lines.len();
+        collect(&lines, &mut got);
+    }
+    (rows, got)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in walk(from) {
+        let target = to.join(entry.strip_prefix(from).unwrap());
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(&entry, &target).unwrap();
+    }
+}
+
+/// Complete `chk-<id>` directories of a checkpoint directory, by id.
+fn complete_checkpoints(dir: &Path) -> BTreeMap<u64, PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().join("_metadata").exists())
+        .filter_map(|e| {
+            let id = e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok()?;
+            Some((id, e.path()))
+        })
+        .collect()
+}
+
+fn kill(run: &Running, signal: &str) {
+    let ok = Command::new("kill")
+        .args([signal, &run.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {signal} failed");
+}
+
+#[test]
+fn standby_start_stop_to_standby_and_rollback_from_the_same_savepoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let job = Job {
+        count: 80_000,
+        rate: 10_000,
+        file_sink: Some(out.clone()),
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "shadow", &job);
+    // the old version: loaded, waiting (pods of a shadow upgrade also get --resume)
+    let x = start(&[
+        "coordinator",
+        m.to_str().unwrap(),
+        "--standby",
+        "--resume",
+        "--control-addr",
+        "127.0.0.1:0",
+    ]);
+    let api_x = Api::of(&x);
+    let s = api_x.status();
+    assert_eq!(s["state"], "standby", "{s}");
+    assert_eq!(api_x.get("/healthz").0, 200, "a standby pod is ready");
+    assert_eq!(
+        api_x
+            .post("/v1/savepoints", serde_json::json!({"stop": true}))
+            .0,
+        409
+    );
+    let (code, r) = api_x.post("/v1/start", serde_json::json!({"fromSavepoint": null}));
+    assert_eq!(code, 202, "{r}");
+    assert!(x.wait_checkpoint(2));
+    let (code, r) = api_x.post("/v1/start", serde_json::json!({}));
+    assert_eq!(code, 409, "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("not in standby"),
+        "{r}"
+    );
+
+    // stop with a savepoint and stand by (the shadow upgrade's old version stays warm)
+    let before = api_x.status()["latestCheckpoint"]["id"].as_u64().unwrap();
+    let (id, p) = api_x.savepoint(serde_json::json!({"stop": true, "standby": true}));
+    let s = api_x.wait_status("standby", |s| s["state"] == "standby");
+    assert_eq!(s["lastSavepoint"]["path"], p.as_str());
+    let (_, sp) = api_x.get(&format!("/v1/savepoints/{id}"));
+    assert_eq!(sp["state"], "completed");
+    assert_eq!(sp["path"], p.as_str());
+    let (committed_rows, _) = read_sink(&out);
+    assert!(committed_rows > 0, "nothing committed before the savepoint");
+
+    // the new version restores P from standby, runs, and dies before its first checkpoint
+    let v2 = Job {
+        interval: "1h",
+        ..Job {
+            count: 80_000,
+            rate: 10_000,
+            file_sink: Some(out.clone()),
+            ..Job::default()
+        }
+    };
+    let m2 = manifest(dir.path(), "shadow-v2", &v2);
+    let mut y = start(&[
+        "coordinator",
+        m2.to_str().unwrap(),
+        "--standby",
+        "--control-addr",
+        "127.0.0.1:0",
+    ]);
+    let api_y = Api::of(&y);
+    api_y.wait_status("standby", |s| s["state"] == "standby");
+    let (code, r) = api_y.post("/v1/start", serde_json::json!({"fromSavepoint": p}));
+    assert_eq!(code, 202, "{r}");
+    let s = api_y.wait_status("running with input", |s| {
+        s["state"] == "running" && s["recordsIn"].as_u64().unwrap() > 0
+    });
+    assert_eq!(s["restoredFrom"]["kind"], "savepoint");
+    assert_eq!(s["restoredFrom"]["path"], p.as_str());
+    assert!(s["latestCheckpoint"].is_null(), "{s}");
+    y.child.kill().unwrap();
+    y.finish();
+
+    // rollback: the old version restarts from the same savepoint in the same process
+    let (code, r) = api_x.post("/v1/start", serde_json::json!({"fromSavepoint": p}));
+    assert_eq!(code, 202, "{r}");
+    let s = api_x.wait_status("running", |s| s["state"] == "running");
+    assert_eq!(s["restoredFrom"]["path"], p.as_str(), "{s}");
+    // its status shows only the new run's checkpoints (the operator promotes on its first one)
+    assert!(
+        s["latestCheckpoint"].is_null() || s["latestCheckpoint"]["id"].as_u64().unwrap() > before,
+        "{s}"
+    );
+    let (code, _) = x.finish();
+    assert_eq!(code, 0, "the bounded job finishes");
+    let (rows, got) = read_sink(&out);
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+}
+
+#[test]
+fn from_savepoint_with_resume_takes_the_checkpoint_after_it_never_an_older_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let ck = dir.path().join("checkpoints");
+    let job = Job {
+        count: 100_000,
+        rate: 20_000,
+        file_sink: Some(out.clone()),
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "lineage", &job);
+    let m = m.to_str().unwrap();
+    // the previous version runs and stops with savepoint P; its checkpoints stay in the directory
+    let a = start(&["run", m]);
+    assert!(a.wait_checkpoint(3));
+    kill(&a, "-INT");
+    let (code, lines) = a.finish();
+    assert_eq!(code, 0);
+    let p = savepoint_line(&lines);
+    let stash = dir.path().join("stash");
+    let (_, newest) = complete_checkpoints(&ck).pop_last().unwrap();
+    copy_dir(&newest, &stash);
+    // an older run's checkpoint numbered above everything (say, written after a rollback)
+    copy_dir(&stash, &ck.join("chk-5000"));
+
+    // this deployment's first pod: nothing of its own yet, so P (not chk-5000)
+    let mut b = start(&[
+        "coordinator",
+        m,
+        "--from-savepoint",
+        &p,
+        "--resume",
+        "--control-addr",
+        "127.0.0.1:0",
+    ]);
+    let line = b.wait_line("resuming from").unwrap();
+    assert!(line.contains("resuming from the savepoint"), "{line}");
+    assert!(b.wait_checkpoint(5002), "no checkpoint of its own");
+    b.child.kill().unwrap(); // SIGKILL: the container restarts with the same arguments
+    b.finish();
+    let own = *complete_checkpoints(&ck).keys().next_back().unwrap();
+    assert!(own > 5000);
+    // older checkpoints again, one numbered above ours
+    copy_dir(&stash, &ck.join(format!("chk-{}", own + 1000)));
+
+    let c = start(&[
+        "coordinator",
+        m,
+        "--from-savepoint",
+        &p,
+        "--resume",
+        "--control-addr",
+        "127.0.0.1:0",
+    ]);
+    let line = c.wait_line("resuming from").unwrap();
+    assert!(
+        line.contains("resuming from a checkpoint taken after the savepoint")
+            && line.contains(&format!("chk-{own} ")),
+        "{line}"
+    );
+    let (code, _) = c.finish();
+    assert_eq!(code, 0);
+    let (rows, got) = read_sink(&out);
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+}
+
+#[test]
+fn sigterm_in_coordinator_mode_takes_a_final_checkpoint_that_resume_restores() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let job = Job {
+        file_sink: Some(out.clone()),
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "sigterm", &job);
+    let m = m.to_str().unwrap();
+    let message = dir.path().join("termination-log");
+    let a = start_env(
+        &["coordinator", m, "--control-addr", "127.0.0.1:0"],
+        &[(TERMINATION_ENV, &message)],
+    );
+    assert!(a.wait_checkpoint(2));
+    kill(&a, "-TERM");
+    let (code, lines) = a.finish();
+    assert_eq!(code, 143);
+    let msg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&message).unwrap()).unwrap();
+    let ck = msg["checkpoint"].as_str().unwrap().to_string();
+    assert_eq!(lines.last().unwrap(), &format!("checkpoint: {ck}"));
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(Path::new(&ck).join("_metadata")).unwrap()).unwrap();
+    assert_eq!(meta["kind"], "checkpoint");
+    assert!(
+        !dir.path().join("savepoints").exists(),
+        "no savepoint on SIGTERM in coordinator mode"
+    );
+    // the recreated pod resumes from that final checkpoint
+    let b = start(&[
+        "coordinator",
+        m,
+        "--resume",
+        "--control-addr",
+        "127.0.0.1:0",
+    ]);
+    let line = b.wait_line(": restoring").unwrap();
+    assert!(line.contains(&ck), "{line}");
+    let (code, _) = b.finish();
+    assert_eq!(code, 0);
+    let (rows, got) = read_sink(&out);
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+}
+
+#[test]
+fn termination_messages_of_plan_and_fatal_errors() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/v1");
+    let sp = golden.join("savepoint");
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(golden.join("job.yaml"))
+        .unwrap()
+        .replace("CHECKPOINTS", &dir.path().join("ck").display().to_string())
+        .replace("SAVEPOINTS", &dir.path().join("sp").display().to_string());
+    let compatible = dir.path().join("golden.yaml");
+    std::fs::write(&compatible, text).unwrap();
+    let incompatible = manifest(dir.path(), "other", &Job::default());
+    let message = dir.path().join("termination-log");
+    let plan_with_message = |m: &Path| {
+        let out = Command::new(BIN)
+            .args([
+                "plan",
+                m.to_str().unwrap(),
+                "--from",
+                sp.to_str().unwrap(),
+                "--json",
+            ])
+            .env(TERMINATION_ENV, &message)
+            .output()
+            .unwrap();
+        let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let text = std::fs::read_to_string(&message).unwrap();
+        assert!(!text.contains('\n') && text.len() <= 4096, "{text}");
+        let written: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(written, printed);
+        (out.status.code().unwrap(), written)
+    };
+    let (code, report) = plan_with_message(&compatible);
+    assert_eq!(code, 0);
+    assert_eq!(report["compatible"], true);
+    let (code, report) = plan_with_message(&incompatible);
+    assert_eq!(code, 3);
+    assert_eq!(report["compatible"], false);
+    assert!(
+        report["operators"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["status"] == "incompatible" && !o["reason"].as_str().unwrap().is_empty()),
+        "{report}"
+    );
+    // a fatal error: a short message
+    let out = Command::new(BIN)
+        .args([
+            "coordinator",
+            "/nonexistent/job.yaml",
+            "--control-addr",
+            "127.0.0.1:0",
+        ])
+        .env(TERMINATION_ENV, &message)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let text = std::fs::read_to_string(&message).unwrap();
+    assert!(
+        text.starts_with("error: ") && text.contains("/nonexistent/job.yaml"),
+        "{text}"
+    );
+}
+
+#[test]
+fn dispose_deletes_savepoints_refuses_anything_else_and_ignores_missing_paths() {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/v1/savepoint");
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest(dir.path(), "dispose", &Job::default());
+    let sp_a = dir.path().join("savepoints/savepoint-a");
+    let sp_b = dir.path().join("savepoints/savepoint-b");
+    copy_dir(&golden, &sp_a);
+    copy_dir(&golden, &sp_b);
+    // a checkpoint (same layout, kind checkpoint) and a directory that is no snapshot at all
+    let chk = dir.path().join("checkpoints/chk-1");
+    copy_dir(&golden, &chk);
+    let meta = std::fs::read_to_string(chk.join("_metadata"))
+        .unwrap()
+        .replace("\"savepoint\"", "\"checkpoint\"");
+    std::fs::write(chk.join("_metadata"), meta).unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("x.txt"), "keep me").unwrap();
+    let missing = dir.path().join("savepoints/savepoint-gone");
+    let dispose = |paths: &[&Path]| {
+        let mut args = vec!["dispose".to_string(), m.display().to_string()];
+        args.extend(paths.iter().map(|p| p.display().to_string()));
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let stdout: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        (
+            out.status.code().unwrap(),
+            stdout,
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, lines, err) = dispose(&[&sp_a, &missing]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        lines,
+        vec![
+            format!("disposed {}", sp_a.display()),
+            format!("already gone {}", missing.display())
+        ]
+    );
+    assert!(!sp_a.exists());
+    assert!(!missing.exists(), "a missing path is not created");
+    // idempotent
+    let (code, lines, _) = dispose(&[&sp_a]);
+    assert_eq!(code, 0);
+    assert_eq!(lines, vec![format!("already gone {}", sp_a.display())]);
+
+    let (code, lines, err) = dispose(&[&chk, &data, &sp_b]);
+    assert_ne!(code, 0);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[0].starts_with(&format!("refused {}: ", chk.display()))
+            && lines[0].contains("checkpoint"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("refused {}: ", data.display()))
+            && lines[1].contains("not a savepoint"),
+        "{lines:?}"
+    );
+    assert_eq!(lines[2], format!("disposed {}", sp_b.display()));
+    assert!(
+        err.contains(&chk.display().to_string()) && err.contains(&data.display().to_string()),
+        "{err}"
+    );
+    assert!(chk.join("_metadata").exists() && data.join("x.txt").exists());
+    assert!(!sp_b.exists());
 }
