@@ -162,7 +162,7 @@ impl SnapshotMetadata {
     /// Whether this snapshot was taken by a job whose state descends from `ancestor`.
     pub fn descends_from(&self, ancestor: &SnapshotMetadata) -> bool {
         let id = ancestor.identity();
-        self.lineage.iter().any(|l| *l == id)
+        self.lineage.contains(&id)
     }
 }
 
