@@ -950,6 +950,21 @@ fn standby_start_stop_to_standby_and_rollback_from_the_same_savepoint() {
     ]);
     let api_y = Api::of(&y);
     api_y.wait_status("standby", |s| s["state"] == "standby");
+    // a refused restore: failed with the reason, the process stays up and can be started again
+    let bogus = dir.path().join("no-such-savepoint");
+    let (code, r) = api_y.post(
+        "/v1/start",
+        serde_json::json!({"fromSavepoint": bogus.display().to_string()}),
+    );
+    assert_eq!(code, 202, "{r}");
+    let s = api_y.wait_status("failed", |s| s["state"] == "failed");
+    assert!(
+        s["failure"]
+            .as_str()
+            .unwrap()
+            .contains(&bogus.display().to_string()),
+        "{s}"
+    );
     let (code, r) = api_y.post("/v1/start", serde_json::json!({"fromSavepoint": p}));
     assert_eq!(code, 202, "{r}");
     let s = api_y.wait_status("running with input", |s| {
