@@ -239,9 +239,9 @@ fn pod_from_template(
 }
 
 /// Whether the runtime accepts `--from-savepoint P --resume` ("the latest checkpoint taken after
-/// P, else P"), so a container restarted in place does not rewind to the savepoint. Today's
-/// runtime rejects the combination; flip this when it accepts it.
-pub const RESUME_WITH_SAVEPOINT: bool = false;
+/// P, else P"), so a container restarted in place does not rewind to the savepoint. The runtime
+/// accepts the pair (checkpoint lineage) since its commit 29c5dde.
+pub const RESUME_WITH_SAVEPOINT: bool = true;
 
 /// The runtime pod: coordinator and all subtasks in one process. `OnFailure` with `--resume`, so a
 /// crashed runtime restarts in place from its latest checkpoint, and a stop-with-savepoint (exit 0)
@@ -463,7 +463,8 @@ spec:
                 "--control-addr",
                 "$(POD_IP):8081",
                 "--from-savepoint",
-                "s3://b/sp/1"
+                "s3://b/sp/1",
+                "--resume"
             ]
         );
         assert_eq!(
