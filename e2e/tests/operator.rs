@@ -998,3 +998,43 @@ async fn i_operator_killed_at_every_upgrade_step() {
     ctx.assert_exactly_once().await;
     ctx.log(&format!("killed at {killed:?}; phases: {:?}", ctx.seen()));
 }
+
+/// j. shadow upgrade: the new version's pod starts beside the old one in standby, takes over
+/// from the old job's savepoint, and the old pod goes once the new one is promoted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn j_shadow_upgrade() {
+    let env = env().await;
+    let mut job = Job::new(env, "shadow").await;
+    job.strategy = "Shadow";
+    let mut ctx = Ctx::new(env, job).await;
+    ctx.apply();
+    ctx.job.image = "streamjob/runtime:v2".into();
+    let o = upgrade(&ctx).await;
+    assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v2");
+    let seen = ctx.seen();
+    assert!(
+        seen.iter().any(|s| s.contains("Shadow/StartingStandby")),
+        "no standby step: {seen:?}"
+    );
+    let workload = status(&o)["deployment"]["workload"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    poll_until(
+        "old pod gone",
+        TIMEOUT,
+        Duration::from_millis(200),
+        || async {
+            let pods = ctx.runtime_pods().await;
+            Ok(
+                (pods.len() == 1 && pods[0].metadata.name.as_deref() == Some(workload.as_str()))
+                    .then_some(()),
+            )
+        },
+    )
+    .await
+    .expect("only the new pod");
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
