@@ -11,6 +11,7 @@ pub mod error;
 pub mod fixtures;
 pub mod kubelet;
 pub mod process;
+pub mod scenario;
 pub mod store;
 pub mod wait;
 

@@ -8,21 +8,21 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, ListParams};
-use serde_json::Value;
-use streamjob_e2e::fixtures::{self, EnvOptions, TestEnv, wait_deleted, wait_for};
+use kube::api::{DynamicObject, ListParams};
+use streamjob_e2e::fixtures::{self, EnvOptions, TestEnv, wait_deleted};
 use streamjob_e2e::kubelet::ImageMapping;
+use streamjob_e2e::scenario::{
+    Job, SECRET, check_exactly_once, condition, condition_true, container_pid, deployed_hash,
+    install_operator, phase, pid_alive, promoted, read_output, sj_api, status,
+};
 use streamjob_e2e::wait::poll_until;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
-const SECRET: &str = "s3-credentials";
 
 fn init_tracing() {
     static ONCE: Once = Once::new();
@@ -92,240 +92,24 @@ fn broken_image() -> ImageMapping {
 async fn operator(env: &'static TestEnv) -> &'static str {
     static NS: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
     NS.get_or_init(|| async {
-        env.workspace_binary("streamjob-operator")
-            .unwrap_or_else(|e| panic!("{e}"));
-        env.workspace_binary("streamjob-runtime")
-            .unwrap_or_else(|e| panic!("{e}"));
         let ns = env.namespace("operator").await.expect("namespace");
-        env.install_operator_chart("streamjob", &ns, &["logFormat=text", "logLevel=info"])
-            .expect("helm install");
-        let client = env.client().await.expect("client");
-        let deployments: Api<Deployment> = Api::namespaced(client, &ns);
-        let list = deployments
-            .list(&ListParams::default())
+        install_operator(env, &ns, &["logFormat=text", "logLevel=info"], TIMEOUT)
             .await
-            .expect("list deployments");
-        let name = list.items[0].metadata.name.clone().expect("name");
-        wait_for(&deployments, &name, "available replica", TIMEOUT, |d| {
-            d.status
-                .as_ref()
-                .and_then(|s| s.available_replicas)
-                .unwrap_or(0)
-                >= 1
-        })
-        .await
-        .expect("operator Deployment available");
+            .expect("operator installed and available");
         ns
     })
     .await
 }
 
-// ---------------------------------------------------------------------------------------------
-// The generator's definition (runtime/src/operators/generator.rs), reproduced
-// ---------------------------------------------------------------------------------------------
-
-/// Event time of record 0 (2024-01-01T00:00:00Z); records are 1 ms apart.
-const START_MS: i64 = 1_704_067_200_000;
-const WINDOW_MS: i64 = 1000;
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// (key index, value) of record `id`.
-fn generator_record(seed: u64, keys: u64, id: u64) -> (u64, i64) {
-    let h = mix(seed ^ mix(id));
-    (h % keys.max(1), (mix(h) % 1000) as i64)
-}
-
-/// (key, window start ms) → (count, sum)
-type Aggregates = BTreeMap<(String, i64), (i64, i64)>;
-
-fn expected(seed: u64, keys: u64, count: u64) -> Aggregates {
-    let mut m = Aggregates::new();
-    for id in 0..count {
-        let (k, v) = generator_record(seed, keys, id);
-        let ts = START_MS + id as i64;
-        let start = ts - ts.rem_euclid(WINDOW_MS);
-        let e = m.entry((format!("key-{k}"), start)).or_insert((0, 0));
-        e.0 += 1;
-        e.1 += v;
-    }
-    m
-}
-
-// ---------------------------------------------------------------------------------------------
-// Jobs
-// ---------------------------------------------------------------------------------------------
-
-/// A StreamJob of the shape this file tests, in its own namespace and bucket.
-#[derive(Clone, Debug)]
-struct Job {
-    name: String,
-    ns: String,
-    bucket: String,
-    image: String,
-    parallelism: u32,
-    count: u64,
-    keys: u64,
-    seed: u64,
-    rate: u64,
-    /// A stateless pass-everything filter (uid `pass`) before the window.
-    filter: bool,
-    /// The keyed window (uid `per-key`).
-    window: bool,
-    allow_non_restored: bool,
-    strategy: &'static str,
-    state: &'static str,
-    trigger_nonce: Option<i64>,
-    dispose_on_delete: bool,
-    checkpoint_interval: &'static str,
-}
-
-impl Job {
-    /// A job in a fresh namespace with its bucket and credentials (operator installed).
-    async fn new(env: &'static TestEnv, name: &str) -> Self {
-        operator(env).await;
-        let ns = env.namespace("op").await.expect("namespace");
-        let bucket = format!("b-{}", &ns[3..]);
-        env.bucket_with_secret(&ns, &bucket, SECRET)
-            .await
-            .expect("bucket + secret");
-        Self {
-            name: name.to_string(),
-            ns,
-            bucket,
-            image: "streamjob/runtime:v1".into(),
-            parallelism: 1,
-            count: 30_000,
-            keys: 5,
-            seed: 7,
-            rate: 1000,
-            filter: false,
-            window: true,
-            allow_non_restored: false,
-            strategy: "InPlace",
-            state: "running",
-            trigger_nonce: None,
-            dispose_on_delete: false,
-            checkpoint_interval: "1s",
-        }
-    }
-
-    fn manifest(&self, env: &TestEnv) -> String {
-        let Self {
-            name,
-            bucket,
-            image,
-            parallelism,
-            count,
-            keys,
-            seed,
-            rate,
-            strategy,
-            state,
-            checkpoint_interval,
-            ..
-        } = self;
-        let s3 = &env.s3().url;
-        let mut steps = format!(
-            "  - uid: gen\n    source:\n      generator: {{count: {count}, keys: {keys}, seed: {seed}, ratePerSecond: {rate}}}\n"
-        );
-        if self.filter {
-            steps.push_str("  - uid: pass\n    filter: \"value >= 0\"\n");
-        }
-        if self.window {
-            steps.push_str(
-                "  - uid: per-key\n    keyBy: [key]\n    window: {tumbling: 1s}\n    aggregate: {count: true, sum: [value]}\n",
-            );
-        }
-        steps.push_str(&format!(
-            "  - uid: out\n    fileSink:\n      path: s3://{bucket}/output/{name}\n      format: {{jsonLines: {{}}}}\n      bucketAssigner: {{basePath: {{}}}}\n      rollingPolicy: {{onCheckpoint: {{}}}}\n      outputFileConfig: {{partPrefix: part, partSuffix: .json}}\n"
-        ));
-        let nonce = self
-            .trigger_nonce
-            .map(|n| format!("\n    triggerNonce: {n}"))
-            .unwrap_or_default();
-        format!(
-            r#"
-apiVersion: streamjob.io/v1alpha1
-kind: StreamJob
-metadata:
-  name: {name}
-spec:
-  image: {image}
-  parallelism: {parallelism}
-  maxParallelism: 16
-  state: {state}
-  upgrade:
-    strategy: {strategy}
-    allowNonRestoredState: {anr}
-    readinessTimeout: 60s
-    savepointTimeout: 60s
-  checkpoints:
-    interval: {checkpoint_interval}
-    dir: s3://{bucket}/checkpoints/{name}
-  savepoints:
-    dir: s3://{bucket}/savepoints/{name}
-    disposeOnDelete: {dispose}{nonce}
-  storage:
-    s3:
-      endpoint: {s3}
-      region: us-east-1
-      allowHttp: true
-      credentialsSecret:
-        name: {SECRET}
-  pipeline:
-{steps}"#,
-            anr = self.allow_non_restored,
-            dispose = self.dispose_on_delete,
-        )
-    }
-
-    fn apply(&self, env: &TestEnv) {
-        env.kubectl_ok(
-            &["apply", "-n", &self.ns, "-f", "-"],
-            Some(&self.manifest(env)),
-        )
-        .expect("kubectl apply StreamJob");
-    }
-
-    fn expected(&self) -> Aggregates {
-        expected(self.seed, self.keys, self.count)
-    }
-}
-
-fn sj_api(client: kube::Client, ns: &str) -> Api<DynamicObject> {
-    let ar = ApiResource {
-        group: "streamjob.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "streamjob.io/v1alpha1".into(),
-        kind: "StreamJob".into(),
-        plural: "streamjobs".into(),
-    };
-    Api::namespaced_with(client, ns, &ar)
-}
-
-fn status(o: &DynamicObject) -> &Value {
-    &o.data["status"]
-}
-
-fn phase(o: &DynamicObject) -> &str {
-    status(o)["phase"].as_str().unwrap_or("")
-}
-
-fn condition<'a>(o: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
-    status(o)["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-}
-
-fn condition_true(o: &DynamicObject, type_: &str) -> bool {
-    condition(o, type_).is_some_and(|c| c["status"] == "True")
+/// A job in a fresh namespace with its bucket and credentials (operator installed).
+async fn new_job(env: &'static TestEnv, name: &str) -> Job {
+    operator(env).await;
+    let ns = env.namespace("op").await.expect("namespace");
+    let bucket = format!("b-{}", &ns[3..]);
+    env.bucket_with_secret(&ns, &bucket, SECRET)
+        .await
+        .expect("bucket + secret");
+    Job::new(name, &ns, &bucket)
 }
 
 /// What a test sees of a job while it waits.
@@ -435,7 +219,7 @@ impl Ctx {
     }
 
     fn apply(&self) {
-        self.job.apply(self.env);
+        self.job.apply(self.env).expect("kubectl apply StreamJob");
     }
 
     async fn running_with_checkpoint(&self) -> DynamicObject {
@@ -472,92 +256,15 @@ impl Ctx {
 
     /// Reads every finished part file and checks the aggregates against the generator.
     async fn assert_exactly_once(&self) {
-        let got = read_output(self.env, &self.job.bucket, &self.job.name).await;
+        let got = read_output(self.env, &self.job.bucket, &self.job.name)
+            .await
+            .expect("read output");
         let want = self.job.expected();
-        let missing: Vec<_> = want.keys().filter(|k| !got.contains_key(*k)).collect();
-        let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
-        let wrong: Vec<_> = want
-            .iter()
-            .filter_map(|(k, v)| {
-                got.get(k)
-                    .filter(|(g, _)| g != v)
-                    .map(|(g, n)| (k, v, g, n))
-            })
-            .collect();
-        let dup: Vec<_> = got.iter().filter(|(_, (_, n))| *n != 1).collect();
-        assert!(
-            missing.is_empty() && extra.is_empty() && wrong.is_empty() && dup.is_empty(),
-            "output is not exactly-once: {} aggregates expected, {} read; missing {:?}; extra {:?}; wrong {:?}; duplicated {:?}",
-            want.len(),
-            got.len(),
-            &missing[..missing.len().min(10)],
-            &extra[..extra.len().min(10)],
-            &wrong[..wrong.len().min(10)],
-            &dup[..dup.len().min(10)]
-        );
+        if let Err(e) = check_exactly_once(&got, &want) {
+            panic!("{e}");
+        }
         self.log(&format!("exactly-once: {} aggregates", want.len()));
     }
-}
-
-/// Every aggregate in the finished part files under `output/<name>/`: (key, window) →
-/// ((count, sum), how many times it was written).
-async fn read_output(
-    env: &TestEnv,
-    bucket: &str,
-    name: &str,
-) -> BTreeMap<(String, i64), ((i64, i64), usize)> {
-    let s3 = env.s3();
-    let prefix = format!("output/{name}");
-    let listed = s3.list(bucket, &prefix).await.expect("list output");
-    let mut got: BTreeMap<(String, i64), ((i64, i64), usize)> = BTreeMap::new();
-    for o in listed {
-        // Finished parts only: hidden files and folders (`.streamjob/`, in-progress temp files)
-        // are not output.
-        let rel = o.key.strip_prefix(&prefix).unwrap_or(&o.key);
-        if rel.split('/').any(|seg| seg.starts_with('.')) {
-            continue;
-        }
-        let file = rel.rsplit('/').next().unwrap_or("");
-        if !(file.starts_with("part") && file.ends_with(".json")) {
-            continue;
-        }
-        let data = s3.read(bucket, &o.key).await.expect("read part file");
-        for line in String::from_utf8_lossy(&data).lines() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("{}: bad JSON line {line:?}: {e}", o.key));
-            let start = chrono::DateTime::parse_from_rfc3339(v["window_start"].as_str().unwrap())
-                .unwrap()
-                .timestamp_millis();
-            let key = (v["key"].as_str().unwrap().to_string(), start);
-            let val = (
-                v["count"].as_i64().unwrap(),
-                v["sum_value"].as_i64().unwrap(),
-            );
-            let e = got.entry(key).or_insert((val, 0));
-            e.1 += 1;
-            if e.0 != val {
-                // Keep the differing value visible as a wrong aggregate.
-                e.0 = val;
-            }
-        }
-    }
-    got
-}
-
-fn container_pid(pod: &Pod) -> Option<u32> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .container_id
-        .as_ref()?
-        .strip_prefix("process://")?
-        .parse()
-        .ok()
 }
 
 /// The id of the newest checkpoint the runtime pod's log reports completed (0: none).
@@ -577,30 +284,6 @@ fn latest_checkpoint_in_log(env: &TestEnv, pod: &Pod) -> u64 {
         })
         .max()
         .unwrap_or(0)
-}
-
-fn pid_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.contains(") Z "))
-        .unwrap_or(false)
-}
-
-/// Spec hash of the deployed version.
-fn deployed_hash(o: &DynamicObject) -> String {
-    status(o)["deployment"]["specHash"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// The job runs a new version (not `old_hash`) restored from a savepoint, no upgrade in flight.
-fn promoted(o: &DynamicObject, old_hash: &str) -> bool {
-    let d = &status(o)["deployment"];
-    phase(o) == "Running"
-        && status(o)["upgrade"].is_null()
-        && deployed_hash(o) != old_hash
-        && d["startedFrom"] == "savepoint"
-        && status(o)["lastStableSpecHash"] == d["specHash"]
 }
 
 /// Shared tail of the upgrade scenarios: the job ran on a savepoint that status records.
@@ -648,7 +331,7 @@ async fn upgrade(ctx: &Ctx) -> DynamicObject {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_image_bump_in_place() {
     let env = env().await;
-    let mut ctx = Ctx::new(env, Job::new(env, "bump").await).await;
+    let mut ctx = Ctx::new(env, new_job(env, "bump").await).await;
     ctx.apply();
     ctx.job.image = "streamjob/runtime:v2".into();
     let o = upgrade(&ctx).await;
@@ -663,7 +346,7 @@ async fn a_image_bump_in_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_parallelism_change_rescales() {
     let env = env().await;
-    let mut ctx = Ctx::new(env, Job::new(env, "rescale").await).await;
+    let mut ctx = Ctx::new(env, new_job(env, "rescale").await).await;
     ctx.apply();
     ctx.job.parallelism = 2;
     let o = upgrade(&ctx).await;
@@ -677,7 +360,7 @@ async fn b_parallelism_change_rescales() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_pipeline_gains_a_stateless_operator() {
     let env = env().await;
-    let mut ctx = Ctx::new(env, Job::new(env, "addop").await).await;
+    let mut ctx = Ctx::new(env, new_job(env, "addop").await).await;
     ctx.apply();
     ctx.job.filter = true;
     upgrade(&ctx).await;
@@ -691,7 +374,7 @@ async fn c_pipeline_gains_a_stateless_operator() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn d_incompatible_change_is_blocked() {
     let env = env().await;
-    let mut ctx = Ctx::new(env, Job::new(env, "blocked").await).await;
+    let mut ctx = Ctx::new(env, new_job(env, "blocked").await).await;
     ctx.apply();
     let before = ctx.running_with_checkpoint().await;
     let pods = ctx.runtime_pods().await;
@@ -753,7 +436,7 @@ async fn d_incompatible_change_is_blocked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e_crashing_version_is_rolled_back() {
     let env = env().await;
-    let mut ctx = Ctx::new(env, Job::new(env, "rollback").await).await;
+    let mut ctx = Ctx::new(env, new_job(env, "rollback").await).await;
     ctx.apply();
     let before = ctx.running_with_checkpoint().await;
     let old = deployed_hash(&before);
@@ -787,7 +470,7 @@ async fn e_crashing_version_is_rolled_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f_suspend_and_resume() {
     let env = env().await;
-    let mut ctx = Ctx::new(env, Job::new(env, "suspend").await).await;
+    let mut ctx = Ctx::new(env, new_job(env, "suspend").await).await;
     ctx.apply();
     ctx.running_with_checkpoint().await;
     ctx.job.state = "suspended";
@@ -828,7 +511,7 @@ async fn f_suspend_and_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_trigger_nonce_takes_a_savepoint() {
     let env = env().await;
-    let mut ctx = Ctx::new(env, Job::new(env, "nonce").await).await;
+    let mut ctx = Ctx::new(env, new_job(env, "nonce").await).await;
     ctx.apply();
     ctx.running_with_checkpoint().await;
     let pods = ctx.runtime_pods().await;
@@ -864,7 +547,7 @@ async fn g_trigger_nonce_takes_a_savepoint() {
 async fn h_delete_with_and_without_dispose() {
     let env = env().await;
     for dispose in [true, false] {
-        let mut job = Job::new(env, if dispose { "dispose" } else { "keep" }).await;
+        let mut job = new_job(env, if dispose { "dispose" } else { "keep" }).await;
         job.dispose_on_delete = dispose;
         job.count = 1_000_000;
         let mut ctx = Ctx::new(env, job).await;
@@ -952,7 +635,7 @@ async fn operator_process(env: &'static TestEnv) -> (String, u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn i_operator_killed_at_every_upgrade_step() {
     let env = env().await;
-    let mut ctx = Ctx::new(env, Job::new(env, "opkill").await).await;
+    let mut ctx = Ctx::new(env, new_job(env, "opkill").await).await;
     ctx.job.count = 45_000;
     ctx.apply();
     let before = ctx.running_with_checkpoint().await;
@@ -1004,7 +687,7 @@ async fn i_operator_killed_at_every_upgrade_step() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn j_shadow_upgrade() {
     let env = env().await;
-    let mut job = Job::new(env, "shadow").await;
+    let mut job = new_job(env, "shadow").await;
     job.strategy = "Shadow";
     let mut ctx = Ctx::new(env, job).await;
     ctx.apply();

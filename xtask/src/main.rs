@@ -267,7 +267,8 @@ fn e2e() -> Result<(), String> {
 
 /// The engine's own Nexmark benchmark, the file sink benchmark (per format, local disk and
 /// MinIO, next to a plain write of the same bytes), then the side-by-side run against Apache
-/// Flink (bench/runner: same input files, same queries, output checked equal, ratios in one run).
+/// Flink (bench/runner: same input files, same queries, output checked equal, ratios in one run),
+/// then the operator benchmark on the e2e environment (`e2e/src/bin/operator-bench.rs`).
 fn bench(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");
     let mut engine = cargo();
@@ -311,5 +312,23 @@ fn bench(args: &[String]) -> Result<(), String> {
     if quick {
         side_by_side.arg("--quick");
     }
-    run(&mut side_by_side)
+    run(&mut side_by_side)?;
+    // The operator on the e2e environment: output gap across InPlace/Shadow upgrades, and
+    // 1,000 suspended StreamJobs (200 with --quick) against a baseline of 10.
+    install()?;
+    run(cargo().args(["build", "--workspace", "--locked", "--bins"]))?;
+    let mut operator = cargo();
+    operator.args([
+        "run",
+        "--locked",
+        "-p",
+        "streamjob-e2e",
+        "--bin",
+        "operator-bench",
+        "--",
+    ]);
+    if quick {
+        operator.arg("--quick");
+    }
+    run(&mut operator)
 }
