@@ -630,17 +630,11 @@ async fn operator_process(env: &'static TestEnv) -> (String, u32) {
     .expect("operator process")
 }
 
-/// i. the operator is SIGKILLed at every step of an in-place upgrade it sees; each restarted
-/// operator resumes from the status it wrote, and the job ends on the new version, exactly-once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn i_operator_killed_at_every_upgrade_step() {
-    let env = env().await;
-    let mut ctx = Ctx::new(env, new_job(env, "opkill").await).await;
-    ctx.job.count = 45_000;
-    ctx.apply();
+/// Applies the changed spec of a running job and SIGKILLs the operator once at every upgrade step
+/// it sees, until the job is promoted; returns the steps it was killed at.
+async fn upgrade_killing_operator(ctx: &Ctx) -> Vec<String> {
     let before = ctx.running_with_checkpoint().await;
     let old = deployed_hash(&before);
-    ctx.job.image = "streamjob/runtime:v2".into();
     ctx.apply();
     let mut killed: Vec<String> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -657,7 +651,7 @@ async fn i_operator_killed_at_every_upgrade_step() {
         if let Some(step) = status(&o)["upgrade"]["step"].as_str()
             && !killed.iter().any(|k| k == step)
         {
-            let (pod, pid) = operator_process(env).await;
+            let (pod, pid) = operator_process(ctx.env).await;
             nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
                 nix::sys::signal::Signal::SIGKILL,
@@ -671,12 +665,71 @@ async fn i_operator_killed_at_every_upgrade_step() {
     let o = ctx.get().await;
     assert_started_from_recorded_savepoint(&o);
     assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v2");
+    killed
+}
+
+/// i. the operator is SIGKILLed at every step of an in-place upgrade it sees; each restarted
+/// operator resumes from the status it wrote, and the job ends on the new version, exactly-once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn i_operator_killed_at_every_upgrade_step() {
+    let env = env().await;
+    let mut ctx = Ctx::new(env, new_job(env, "opkill").await).await;
+    // long enough that the job still runs after four operator restarts
+    ctx.job.count = 70_000;
+    ctx.apply();
+    ctx.job.image = "streamjob/runtime:v2".into();
+    let killed = upgrade_killing_operator(&ctx).await;
     for step in ["InPlace/Savepointing", "InPlace/Restoring"] {
         assert!(
             killed.iter().any(|k| k == step),
             "never killed at {step}: {killed:?}"
         );
     }
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("killed at {killed:?}; phases: {:?}", ctx.seen()));
+}
+
+/// k. the same for a shadow upgrade: killed while the standby starts, while the old job stops
+/// with a savepoint and while the new one restores; it ends on the new version with the old pod
+/// gone, exactly-once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k_operator_killed_at_every_shadow_step() {
+    let env = env().await;
+    let mut job = new_job(env, "opkill-shadow").await;
+    job.strategy = "Shadow";
+    // each kill costs an operator restart, and a shadow upgrade has one step more than in place:
+    // the job must still run when the savepoint is asked for
+    job.count = 90_000;
+    let mut ctx = Ctx::new(env, job).await;
+    ctx.apply();
+    ctx.job.image = "streamjob/runtime:v2".into();
+    let killed = upgrade_killing_operator(&ctx).await;
+    for step in ["Shadow/StartingStandby", "Shadow/Restoring"] {
+        assert!(
+            killed.iter().any(|k| k == step),
+            "never killed at {step}: {killed:?}"
+        );
+    }
+    let o = ctx.get().await;
+    let workload = status(&o)["deployment"]["workload"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    poll_until(
+        "old pod gone",
+        TIMEOUT,
+        Duration::from_millis(200),
+        || async {
+            let pods = ctx.runtime_pods().await;
+            Ok(
+                (pods.len() == 1 && pods[0].metadata.name.as_deref() == Some(workload.as_str()))
+                    .then_some(()),
+            )
+        },
+    )
+    .await
+    .expect("only the new pod");
     ctx.finished().await;
     ctx.assert_exactly_once().await;
     ctx.log(&format!("killed at {killed:?}; phases: {:?}", ctx.seen()));
