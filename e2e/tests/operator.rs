@@ -712,7 +712,15 @@ async fn k_operator_killed_at_every_shadow_step() {
         );
     }
     let o = ctx.get().await;
-    let workload = status(&o)["deployment"]["workload"]
+    only_the_promoted_pod_left(&ctx, &o).await;
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("killed at {killed:?}; phases: {:?}", ctx.seen()));
+}
+
+/// Waits until the promoted pod is the job's only runtime pod (the old one went after promotion).
+async fn only_the_promoted_pod_left(ctx: &Ctx, promoted: &DynamicObject) {
+    let workload = status(promoted)["deployment"]["workload"]
         .as_str()
         .unwrap()
         .to_string();
@@ -730,9 +738,6 @@ async fn k_operator_killed_at_every_shadow_step() {
     )
     .await
     .expect("only the new pod");
-    ctx.finished().await;
-    ctx.assert_exactly_once().await;
-    ctx.log(&format!("killed at {killed:?}; phases: {:?}", ctx.seen()));
 }
 
 /// j. shadow upgrade: the new version's pod starts beside the old one in standby, takes over
@@ -752,24 +757,7 @@ async fn j_shadow_upgrade() {
         seen.iter().any(|s| s.contains("Shadow/StartingStandby")),
         "no standby step: {seen:?}"
     );
-    let workload = status(&o)["deployment"]["workload"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    poll_until(
-        "old pod gone",
-        TIMEOUT,
-        Duration::from_millis(200),
-        || async {
-            let pods = ctx.runtime_pods().await;
-            Ok(
-                (pods.len() == 1 && pods[0].metadata.name.as_deref() == Some(workload.as_str()))
-                    .then_some(()),
-            )
-        },
-    )
-    .await
-    .expect("only the new pod");
+    only_the_promoted_pod_left(&ctx, &o).await;
     ctx.finished().await;
     ctx.assert_exactly_once().await;
     ctx.log(&format!("phases: {:?}", ctx.seen()));

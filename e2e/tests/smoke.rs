@@ -14,6 +14,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use streamjob_e2e::fixtures::{self, EnvOptions, TestEnv, wait_condition, wait_for};
+use streamjob_e2e::scenario::{container_pid, pid_alive};
 use streamjob_e2e::wait::poll_until;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -52,26 +53,6 @@ async fn env() -> &'static TestEnv {
         }
         Err(e) => panic!("e2e environment failed to start: {e}"),
     }
-}
-
-fn pid_alive(pid: u32) -> bool {
-    // A zombie still has /proc/<pid>; the kubelet reaps its children, so this means "running".
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.contains(") Z "))
-        .unwrap_or(false)
-}
-
-fn container_pid(pod: &Pod) -> Option<u32> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .first()?
-        .container_id
-        .as_ref()?
-        .strip_prefix("process://")?
-        .parse()
-        .ok()
 }
 
 fn pod_ready(pod: &Pod) -> bool {
