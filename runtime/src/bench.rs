@@ -85,7 +85,18 @@ fn generator_rate(seconds: f64) -> f64 {
     n as f64 / start.elapsed().as_secs_f64()
 }
 
-async fn measure(q: &str, parallelism: u32, interval: &str, seconds: u64) -> Result<(f64, u64)> {
+/// Throughput of query `q` (events/s read by the sources) and the checkpoints completed. With
+/// `workers` > 0 the subtasks run on that many workers of this process, connected to the
+/// coordinator and to each other over loopback TCP exactly as worker processes are: the
+/// difference to the in-process run is the cost of the network exchange (Arrow IPC framing,
+/// sockets), on the same cores.
+async fn measure(
+    q: &str,
+    parallelism: u32,
+    interval: &str,
+    seconds: u64,
+    workers: usize,
+) -> Result<(f64, u64)> {
     let dir = std::env::temp_dir().join(format!(
         "streamjob-bench-{}-{}",
         std::process::id(),
@@ -102,6 +113,35 @@ async fn measure(q: &str, parallelism: u32, interval: &str, seconds: u64) -> Res
         ))
     });
     let graph = build_graph(&job, &registry).await?;
+    let mut worker_tasks = Vec::new();
+    let cluster = if workers > 0 {
+        let digest = crate::cluster::wire::spec_digest(&graph.spec)?;
+        let w = crate::cluster::workers::Workers::listen(
+            ([127, 0, 0, 1], 0).into(),
+            workers,
+            None,
+            digest,
+            Duration::from_secs(30),
+        )
+        .await?;
+        for i in 0..workers {
+            let opts = crate::cluster::worker::WorkerOptions {
+                coordinator: w.local_addr().to_string(),
+                data_addr: ([127, 0, 0, 1], 0).into(),
+                advertise_host: None,
+                token: None,
+                name: format!("bench-{i}"),
+                reconnect_timeout: Duration::from_secs(5),
+            };
+            worker_tasks.push(tokio::spawn(crate::cluster::worker::run_worker(
+                graph.clone(),
+                opts,
+            )));
+        }
+        Some(w)
+    } else {
+        None
+    };
     let (shared, rx) = Shared::new("bench");
     let s2 = shared.clone();
     let handle = tokio::spawn(async move {
@@ -111,14 +151,16 @@ async fn measure(q: &str, parallelism: u32, interval: &str, seconds: u64) -> Res
                 restore: RestoreFrom::Empty,
                 max_restarts: 0,
                 standby: false,
+                workers: cluster,
             },
             s2,
             rx,
         )
         .await
     });
-    // warm up, then measure
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // warm up (workers register and deploy first), then measure
+    let warm_up = if workers > 0 { 1500 } else { 500 };
+    tokio::time::sleep(Duration::from_millis(warm_up)).await;
     let read = |s: &Arc<Shared>| s.metrics.totals().0;
     let (t0, n0) = (Instant::now(), read(&shared));
     tokio::time::sleep(Duration::from_secs(seconds)).await;
@@ -126,6 +168,10 @@ async fn measure(q: &str, parallelism: u32, interval: &str, seconds: u64) -> Res
     let checkpoints = shared.metrics.checkpoints_completed.load(Ordering::Relaxed);
     handle.abort();
     let _ = handle.await;
+    for t in worker_tasks {
+        t.abort();
+        let _ = t.await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(((n1 - n0) as f64 / (t1 - t0).as_secs_f64(), checkpoints))
 }
@@ -136,6 +182,7 @@ pub async fn run(
     parallelism: u32,
     interval: &str,
     queries: Option<&str>,
+    workers: usize,
 ) -> Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let qs: Vec<String> = queries
@@ -151,6 +198,9 @@ pub async fn run(
         "nexmark generator alone (1 core, building Arrow batches): {:.0} events/s",
         gen_rate
     );
+    if workers > 0 {
+        return compare_workers(&qs, parallelism, interval, seconds, workers).await;
+    }
     println!(
         "parallelism {parallelism}, {cores} cores, {seconds}s per run; per core = events/s / cores"
     );
@@ -159,8 +209,8 @@ pub async fn run(
         "query", "ckpt off ev/s", "per core", "ckpt on ev/s", "per core", "checkpoints"
     );
     for q in qs {
-        let (off, _) = measure(&q, parallelism, "1h", seconds).await?;
-        let (on, n) = measure(&q, parallelism, interval, seconds).await?;
+        let (off, _) = measure(&q, parallelism, "1h", seconds, 0).await?;
+        let (on, n) = measure(&q, parallelism, interval, seconds, 0).await?;
         println!(
             "{:<5} {:>16.0} {:>12.0} {:>22.0} {:>12.0} {:>12}",
             q,
@@ -169,6 +219,37 @@ pub async fn run(
             on,
             on / cores,
             n
+        );
+    }
+    Ok(())
+}
+
+/// The same queries with checkpoints on, in one process and over `workers` workers.
+async fn compare_workers(
+    qs: &[String],
+    parallelism: u32,
+    interval: &str,
+    seconds: u64,
+    workers: usize,
+) -> Result<()> {
+    println!(
+        "parallelism {parallelism}, checkpoints every {interval}: subtasks in the coordinator vs on {workers} workers (loopback TCP, Arrow IPC)"
+    );
+    println!(
+        "{:<5} {:>18} {:>18} {:>8} {:>12} {:>12}",
+        "query", "in-process ev/s", "workers ev/s", "ratio", "ckpts local", "ckpts workers"
+    );
+    for q in qs {
+        let (local, n_local) = measure(q, parallelism, interval, seconds, 0).await?;
+        let (remote, n_remote) = measure(q, parallelism, interval, seconds, workers).await?;
+        println!(
+            "{:<5} {:>18.0} {:>18.0} {:>7.2}x {:>12} {:>12}",
+            q,
+            local,
+            remote,
+            remote / local.max(1.0),
+            n_local,
+            n_remote
         );
     }
     Ok(())

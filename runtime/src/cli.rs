@@ -6,7 +6,10 @@
 //! * `coordinator MANIFEST [--from-savepoint PATH] [--resume] [--standby] [--control-addr ADDR]
 //!   [--exit-grace 5s]` — runtime pods.
 //! * `dispose MANIFEST PATH...` — delete savepoints.
-//! * `worker` — not supported yet (the coordinator runs all subtasks).
+//! * `coordinator ... --workers N [--cluster-addr ADDR]` — the subtasks run on N worker
+//!   processes instead of the coordinator's.
+//! * `worker MANIFEST --coordinator HOST:PORT [--data-addr ADDR] [--advertise-host HOST]` — a
+//!   worker: runs the subtasks the coordinator places on it, exchanges data with other workers.
 //! * `bench` — Nexmark throughput.
 //!
 //! MANIFEST is a path or `env:VAR`. Exit codes: 0 success, 1 failure, 2 usage or invalid
@@ -74,6 +77,39 @@ struct RunArgs {
     /// Restarts after failures before the job fails for good.
     #[arg(long, default_value_t = 10)]
     max_restarts: u32,
+    /// coordinator: run the subtasks on this many worker processes (0: in this process).
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
+    /// coordinator with --workers: where workers register (default ${POD_IP:-127.0.0.1}:6123).
+    #[arg(long)]
+    cluster_addr: Option<String>,
+    /// coordinator with --workers: how long an attempt waits for all workers to register.
+    #[arg(long, default_value = "2m")]
+    register_timeout: String,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct WorkerArgs {
+    /// Manifest path, or env:VAR (the coordinator's manifest: the spec digests must match).
+    manifest: String,
+    /// The coordinator's cluster address (its --cluster-addr).
+    #[arg(long)]
+    coordinator: String,
+    /// Where to listen for data from other workers (default ${POD_IP:-127.0.0.1}:0).
+    #[arg(long)]
+    data_addr: Option<String>,
+    /// Host other workers connect to (default: the IP of --data-addr).
+    #[arg(long)]
+    advertise_host: Option<String>,
+    /// File holding the job token (else env STREAMJOB_CONTROL_TOKEN).
+    #[arg(long)]
+    token_file: Option<String>,
+    /// Name in the coordinator's logs (default $POD_NAME, else worker-<pid>).
+    #[arg(long)]
+    name: Option<String>,
+    /// Exit when the coordinator stays unreachable this long.
+    #[arg(long, default_value = "5m")]
+    reconnect_timeout: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -96,11 +132,8 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<String>,
     },
-    /// A worker for multi-pod deployments (not supported yet).
-    Worker {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// A worker: runs the subtasks the coordinator (started with --workers) places on it.
+    Worker(WorkerArgs),
     /// Nexmark throughput (q0, q1, q2, q5, q7) with checkpoints off and on.
     Bench {
         /// Seconds per measurement (above the checkpoint interval, so checkpoints happen).
@@ -115,6 +148,10 @@ enum Command {
         /// Only these queries (comma separated).
         #[arg(long)]
         queries: Option<String>,
+        /// Compare running the subtasks in one process with running them on this many workers
+        /// connected over loopback TCP (checkpoints on).
+        #[arg(long, default_value_t = 0)]
+        workers: usize,
     },
 }
 
@@ -174,17 +211,22 @@ async fn dispatch(cli: Cli, registry: Registry) -> ExitCode {
             json,
         } => plan(&manifest, &from, json, &registry).await,
         Command::Dispose { manifest, paths } => dispose(&manifest, &paths).await,
-        Command::Worker { .. } => Err(Error::Unsupported(
-            "the worker role: runtime pods run `coordinator`, which holds all subtasks (single-pod deployment)".into(),
-        )),
+        Command::Worker(args) => worker(args, registry).await,
         Command::Bench {
             seconds,
             parallelism,
             checkpoint_interval,
             queries,
-        } => crate::bench::run(seconds, parallelism, &checkpoint_interval, queries.as_deref())
-            .await
-            .map(|()| ExitCode::SUCCESS),
+            workers,
+        } => crate::bench::run(
+            seconds,
+            parallelism,
+            &checkpoint_interval,
+            queries.as_deref(),
+            workers,
+        )
+        .await
+        .map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
@@ -255,6 +297,11 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
             None => RestoreFrom::Empty,
         },
     };
+    if args.workers > 0 && !coordinator {
+        return Err(Error::Other(
+            "--workers: `run` keeps every subtask in this process; use `coordinator --workers N` with `worker` processes".into(),
+        ));
+    }
     let (shared, requests) = Shared::new(&graph.name);
     let token = read_token(args.token_file.as_deref())?;
     let addr = match (&args.control_addr, coordinator) {
@@ -272,15 +319,8 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
     }
     let serving = addr.is_some();
     if let Some(addr) = addr {
-        let addr: SocketAddr = addr
-            .parse()
-            .map_err(|e| Error::Other(format!("--control-addr {addr}: {e}")))?;
-        if token.is_none() && !addr.ip().is_loopback() {
-            return Err(Error::Other(format!(
-                "refusing to serve the control API on non-loopback {addr} without a token: pass --token-file or set STREAMJOB_CONTROL_TOKEN"
-            )));
-        }
-        let bound = crate::control::serve(shared.clone(), addr, token).await?;
+        let addr = parse_addr("--control-addr", &addr, token.as_deref())?;
+        let bound = crate::control::serve(shared.clone(), addr, token.clone()).await?;
         eprintln!("control API: http://{bound}");
     }
     // signals: `run` stops with a savepoint (the user's Ctrl-C); `coordinator` (pods: SIGTERM
@@ -358,17 +398,52 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
             }
         });
     }
-    let outcome = run_job(
+    let workers = if args.workers > 0 {
+        let addr = match &args.cluster_addr {
+            Some(a) => a.clone(),
+            None => format!(
+                "{}:6123",
+                std::env::var("POD_IP").unwrap_or_else(|_| "127.0.0.1".into())
+            ),
+        };
+        let addr = parse_addr("--cluster-addr", &addr, token.as_deref())?;
+        let register_timeout =
+            streamjob_crds::units::parse_duration("--register-timeout", &args.register_timeout)?;
+        let w = crate::cluster::workers::Workers::listen(
+            addr,
+            args.workers,
+            token.clone(),
+            crate::cluster::wire::spec_digest(&graph.spec)?,
+            register_timeout,
+        )
+        .await?;
+        eprintln!("workers register at: {}", w.local_addr());
+        Some(w)
+    } else {
+        None
+    };
+    let result = run_job(
         graph,
         RunOptions {
             restore,
             max_restarts: args.max_restarts,
             standby: args.standby,
+            workers: workers.clone(),
         },
         shared.clone(),
         requests,
     )
-    .await?;
+    .await;
+    if let Some(w) = &workers {
+        w.shutdown(match &result {
+            Ok(Outcome::Finished) => "the job finished",
+            Ok(Outcome::Checkpointed { .. }) => "the coordinator stopped with a final checkpoint",
+            Ok(_) => "the job stopped with a savepoint",
+            Err(_) => "the job failed",
+        })
+        .await;
+    }
+    let outcome = result?;
     match outcome {
         Outcome::Finished => {
             eprintln!("job finished");
@@ -395,6 +470,56 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
             Ok(ExitCode::from(EXIT_SIGNALLED))
         }
     }
+}
+
+/// Parses a listen address; off loopback it needs a token.
+fn parse_addr(flag: &str, addr: &str, token: Option<&str>) -> Result<SocketAddr> {
+    let parsed: SocketAddr = addr
+        .parse()
+        .map_err(|e| Error::Other(format!("{flag} {addr}: {e}")))?;
+    if token.is_none() && !parsed.ip().is_loopback() {
+        return Err(Error::Other(format!(
+            "refusing to listen ({flag}) on non-loopback {parsed} without a token: pass --token-file or set STREAMJOB_CONTROL_TOKEN"
+        )));
+    }
+    Ok(parsed)
+}
+
+/// `worker`: serves the coordinator until it ends the job.
+async fn worker(args: WorkerArgs, registry: Registry) -> Result<ExitCode> {
+    let graph = load(&args.manifest, &registry).await?;
+    let token = read_token(args.token_file.as_deref())?;
+    let data_addr = match &args.data_addr {
+        Some(a) => a.clone(),
+        None => format!(
+            "{}:0",
+            std::env::var("POD_IP").unwrap_or_else(|_| "127.0.0.1".into())
+        ),
+    };
+    let data_addr = parse_addr("--data-addr", &data_addr, token.as_deref())?;
+    let name = args
+        .name
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .unwrap_or_else(|| format!("worker-{}", std::process::id()));
+    let reconnect_timeout =
+        streamjob_crds::units::parse_duration("--reconnect-timeout", &args.reconnect_timeout)?;
+    let span = tracing::info_span!("worker", %name);
+    let crate::cluster::worker::WorkerExit::JobOver(reason) = crate::cluster::worker::run_worker(
+        graph,
+        crate::cluster::worker::WorkerOptions {
+            coordinator: args.coordinator.clone(),
+            data_addr,
+            advertise_host: args.advertise_host.clone(),
+            token,
+            name,
+            reconnect_timeout,
+        },
+    )
+    .instrument(span)
+    .await?;
+    eprintln!("worker done: {reason}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Exit code of a coordinator stopped by a signal after its final checkpoint (128 + SIGTERM).

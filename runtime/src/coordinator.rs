@@ -265,6 +265,8 @@ pub struct RunOptions {
     /// Start in state `standby`: run nothing until `POST /v1/start` (which decides the restore;
     /// `restore` is then ignored).
     pub standby: bool,
+    /// Run the subtasks on these registered workers instead of in this process.
+    pub workers: Option<Arc<crate::cluster::workers::Workers>>,
 }
 
 struct Pending {
@@ -291,10 +293,67 @@ fn spawn_attempt(
     snapshot: Option<&LoadedSnapshot>,
     metrics: &[Arc<OperatorMetrics>],
 ) -> Result<Attempt> {
+    spawn_subtasks(graph, snapshot, metrics, None).map(Attempt::from)
+}
+
+impl From<Subtasks> for Attempt {
+    /// An attempt whose every subtask takes commands (here, or forwarded to its worker).
+    fn from(s: Subtasks) -> Self {
+        Attempt {
+            commands: s
+                .commands
+                .into_iter()
+                .map(|step| step.into_iter().flatten().collect())
+                .collect(),
+            events: s.events,
+            tasks: s.tasks,
+            subtasks: s.count,
+        }
+    }
+}
+
+/// Where the subtasks of an attempt run when they are spread over worker processes: subtask `j`
+/// of every step runs on slot `j % peers.len()`, so forward chains stay in one process and only
+/// repartitioning (`keyBy`, rebalance) crosses the network.
+pub struct Spread<'a> {
+    pub attempt: u64,
+    /// This process's slot.
+    pub slot: usize,
+    /// Data plane address of each slot.
+    pub peers: &'a [String],
+    pub plane: &'a Arc<crate::cluster::dataplane::DataPlane>,
+}
+
+/// The slot that runs subtask `subtask` among `workers` workers.
+pub fn slot_of(subtask: usize, workers: usize) -> usize {
+    subtask % workers.max(1)
+}
+
+/// The subtasks this process runs.
+pub struct Subtasks {
+    /// `commands[step][subtask]`, `None` for subtasks elsewhere.
+    pub commands: Vec<Vec<Option<mpsc::UnboundedSender<TaskCommand>>>>,
+    pub events: mpsc::UnboundedReceiver<TaskEvent>,
+    /// The subtasks and the network channels of this attempt (aborted when dropped).
+    pub tasks: JoinSet<()>,
+    pub count: usize,
+}
+
+/// Spawns the subtasks of `graph` placed on this process (all of them without `spread`), wired
+/// by bounded channels, and by network channels to the subtasks elsewhere.
+pub fn spawn_subtasks(
+    graph: &JobGraph,
+    snapshot: Option<&LoadedSnapshot>,
+    metrics: &[Arc<OperatorMetrics>],
+    spread: Option<&Spread<'_>>,
+) -> Result<Subtasks> {
     let (ev_tx, ev_rx) = mpsc::unbounded_channel();
     let mp = graph.max_parallelism;
     let steps = &graph.steps;
-    // senders[k][i] = targets of subtask i of step k; receivers[k][j] = inputs of subtask j
+    let here = |j: usize| spread.is_none_or(|s| slot_of(j, s.peers.len()) == s.slot);
+    let mut tasks = JoinSet::new();
+    // senders[k][i] = targets of subtask i of step k (indexed by target subtask);
+    // receivers[k][j] = inputs of subtask j
     let mut senders: Vec<Vec<Vec<mpsc::Sender<Element>>>> = steps
         .iter()
         .map(|s| vec![Vec::new(); s.parallelism])
@@ -312,9 +371,50 @@ fn spawn_attempt(
                 if forward && i != j {
                     continue;
                 }
-                let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-                senders[k - 1][i].push(tx);
-                receivers[k][j].push(rx);
+                match (here(i), here(j), spread) {
+                    (true, true, _) | (_, _, None) => {
+                        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                        senders[k - 1][i].push(tx);
+                        receivers[k][j].push(rx);
+                    }
+                    (true, false, Some(s)) => {
+                        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                        senders[k - 1][i].push(tx);
+                        let key = crate::cluster::wire::ChannelKey {
+                            attempt: s.attempt,
+                            step: k,
+                            from: i,
+                            to: j,
+                        };
+                        let addr = s.peers[slot_of(j, s.peers.len())].clone();
+                        let plane = s.plane.clone();
+                        let events = ev_tx.clone();
+                        let uid = steps[k - 1].uid.clone();
+                        tasks.spawn(async move {
+                            if let Err(e) = plane.send(key, addr, rx).await {
+                                let _ = events.send(TaskEvent::Failed {
+                                    step: k - 1,
+                                    subtask: i,
+                                    error: format!("{uid}[{i}]: {e}"),
+                                });
+                            }
+                        });
+                    }
+                    (false, true, Some(s)) => {
+                        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+                        receivers[k][j].push(rx);
+                        let key = crate::cluster::wire::ChannelKey {
+                            attempt: s.attempt,
+                            step: k,
+                            from: i,
+                            to: j,
+                        };
+                        if let Some(forward) = s.plane.expect(key, tx)? {
+                            tasks.spawn(forward);
+                        }
+                    }
+                    (false, false, Some(_)) => {}
+                }
             }
         }
     }
@@ -324,9 +424,8 @@ fn spawn_attempt(
         .as_ref()
         .map(|p| Location::parse(p, graph.spec.storage.as_ref()))
         .transpose()?;
-    let mut tasks = JoinSet::new();
     let mut commands = Vec::new();
-    let mut subtasks = 0;
+    let mut count = 0;
     for (k, step) in steps.iter().enumerate() {
         let mut step_cmds = Vec::new();
         let hash = match steps.get(k + 1).map(|s| &s.partition) {
@@ -334,6 +433,10 @@ fn spawn_attempt(
             _ => None,
         };
         for j in 0..step.parallelism {
+            if !here(j) {
+                step_cmds.push(None);
+                continue;
+            }
             let range = key_group_range(mp, step.parallelism as u32, j as u32);
             let restored = snapshot
                 .map(|s| s.restored_for(&step.uid, j, step.parallelism, &range))
@@ -349,7 +452,7 @@ fn spawn_attempt(
                 metrics: metrics[k].clone(),
             };
             let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-            step_cmds.push(cmd_tx);
+            step_cmds.push(Some(cmd_tx));
             let setup = TaskSetup {
                 ctx: ctx.clone(),
                 step: k,
@@ -388,15 +491,15 @@ fn spawn_attempt(
                     });
                 }
             }
-            subtasks += 1;
+            count += 1;
         }
         commands.push(step_cmds);
     }
-    Ok(Attempt {
+    Ok(Subtasks {
         commands,
         events: ev_rx,
         tasks,
-        subtasks,
+        count,
     })
 }
 
@@ -537,6 +640,7 @@ pub async fn run_job(
             &graph,
             &restore,
             opts.max_restarts,
+            opts.workers.as_ref(),
             &shared,
             &mut requests,
             &mut next_id,
@@ -617,6 +721,7 @@ async fn run_session(
     graph: &JobGraph,
     restore: &RestoreFrom,
     max_restarts: u32,
+    workers: Option<&Arc<crate::cluster::workers::Workers>>,
     shared: &Arc<Shared>,
     requests: &mut mpsc::UnboundedReceiver<ControlRequest>,
     next_id: &mut u64,
@@ -680,24 +785,39 @@ async fn run_session(
     let mut restarts = 0u32;
     let mut queued: Vec<ControlRequest> = Vec::new();
     loop {
-        let attempt = spawn_attempt(graph, snapshot.as_ref(), &metrics)?;
-        shared.set_state("running");
-        tracing::info!(subtasks = attempt.subtasks, "job running");
-        let result = run_attempt(
-            graph,
-            attempt,
-            shared,
-            requests,
-            &mut queued,
-            &ckpt_dir,
-            next_id,
-            interval,
-            timeout,
-            retained,
-            restart_point.clone(),
-            &lineage,
-        )
-        .await;
+        let attempt = match workers {
+            None => spawn_attempt(graph, snapshot.as_ref(), &metrics),
+            Some(w) => w
+                .deploy(graph, snapshot.as_ref().map(|s| s.path.as_str()), &metrics)
+                .await
+                .map(Attempt::from),
+        };
+        let result = match attempt {
+            Ok(attempt) => {
+                shared.set_state("running");
+                tracing::info!(subtasks = attempt.subtasks, "job running");
+                run_attempt(
+                    graph,
+                    attempt,
+                    shared,
+                    requests,
+                    &mut queued,
+                    &ckpt_dir,
+                    next_id,
+                    interval,
+                    timeout,
+                    retained,
+                    restart_point.clone(),
+                    &lineage,
+                )
+                .await
+            }
+            // e.g. too few workers registered: counts as a failed attempt
+            Err(e) => Err((e, None)),
+        };
+        if let (Some(w), Err(_)) = (workers, &result) {
+            w.cancel_attempt();
+        }
         match result {
             Ok((outcome, _)) => {
                 shared.set_state(match outcome {
@@ -1165,6 +1285,7 @@ mod tests {
                 restore: RestoreFrom::Empty,
                 max_restarts: 3,
                 standby: false,
+                workers: None,
             },
             shared.clone(),
             rx,
@@ -1219,6 +1340,7 @@ mod tests {
                 restore: RestoreFrom::Empty,
                 max_restarts: 2,
                 standby: false,
+                workers: None,
             },
             shared.clone(),
             rx,

@@ -75,6 +75,10 @@ pub enum Error {
     #[error("job failed after {restarts} restarts: {last}")]
     TooManyRestarts { restarts: u32, last: String },
 
+    /// The coordinator–worker protocol: a peer refused, vanished or spoke out of turn.
+    #[error("cluster: {0}")]
+    Cluster(String),
+
     /// Anything else, with a message that says what to do.
     #[error("{0}")]
     Other(String),

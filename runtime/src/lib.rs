@@ -5,10 +5,12 @@
 //! * [`graph`] — manifest → job graph.
 //! * [`coordinator`] — running a job: subtasks, checkpoints, savepoints, restarts.
 //! * [`snapshot`] / [`restore`] — the checkpoint format and the restore rules.
+//! * [`cluster`] — the coordinator and worker roles over several processes.
 //! * [`control`] — the HTTP control API; [`cli`] — the command line.
 
 pub mod bench;
 pub mod cli;
+pub mod cluster;
 pub mod control;
 pub mod coordinator;
 pub mod error;

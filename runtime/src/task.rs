@@ -68,8 +68,9 @@ pub enum TaskCommand {
     NotifyComplete(u64),
 }
 
-/// Events from subtasks to the coordinator.
-#[derive(Debug)]
+/// Events from subtasks to the coordinator (also sent by workers, hence serde).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum TaskEvent {
     Ack {
         checkpoint_id: u64,

@@ -1244,3 +1244,118 @@ fn dispose_deletes_savepoints_refuses_anything_else_and_ignores_missing_paths() 
     assert!(chk.join("_metadata").exists() && data.join("x.txt").exists());
     assert!(!sp_b.exists());
 }
+
+#[test]
+fn coordinator_with_workers_exchanges_over_the_network_survives_a_lost_worker_and_its_savepoint_restores_locally()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let job = Job {
+        count: 90_000,
+        rate: 15_000,
+        file_sink: Some(out.clone()),
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "cluster", &job);
+    let m = m.to_str().unwrap();
+    let coord = start(&[
+        "coordinator",
+        m,
+        "--workers",
+        "2",
+        "--cluster-addr",
+        "127.0.0.1:0",
+        "--control-addr",
+        "127.0.0.1:0",
+        "--exit-grace",
+        "0s",
+    ]);
+    let api = Api::of(&coord);
+    let line = coord.wait_line("workers register at: ").unwrap();
+    let addr = line.rsplit(' ').next().unwrap().to_string();
+    let worker = |name: &str, manifest: &str| {
+        start(&["worker", manifest, "--coordinator", &addr, "--name", name])
+    };
+
+    // a worker with another spec is refused, naming why
+    let other = manifest(
+        dir.path(),
+        "other",
+        &Job {
+            parallelism: 3,
+            ..Job::default()
+        },
+    );
+    let stranger = worker("stranger", other.to_str().unwrap());
+    let refusal = stranger.wait_line("runs another job spec").unwrap();
+    assert!(refusal.contains("stranger"), "{refusal}");
+    let (code, _) = stranger.finish();
+    assert_ne!(code, 0);
+    assert_eq!(
+        api.status()["state"],
+        "restoring",
+        "nothing runs before 2 workers"
+    );
+
+    let w0 = worker("w0", m);
+    let mut w1 = worker("w1", m);
+    // the coordinator runs no subtask: everything it counts came from the workers' reports
+    let s = api.wait_status("checkpointing on the workers", |s| {
+        s["latestCheckpoint"]["id"]
+            .as_u64()
+            .is_some_and(|id| id >= 3)
+            && s["recordsIn"].as_u64().unwrap() > 0
+    });
+    assert_eq!(s["state"], "running", "{s}");
+
+    // a lost worker fails the attempt; with a replacement the job restarts from its checkpoint
+    w1.child.kill().unwrap();
+    w1.finish();
+    api.wait_status("restarting", |s| s["restarts"].as_u64().unwrap() >= 1);
+    let w2 = worker("w2", m);
+    let after_loss =
+        api.wait_status("running again", |s| s["state"] == "running")["latestCheckpoint"]["id"]
+            .as_u64()
+            .unwrap_or(0);
+    // several barriers aligned across the new pair of workers
+    api.wait_status("checkpoints after the restart", |s| {
+        s["latestCheckpoint"]["id"]
+            .as_u64()
+            .is_some_and(|id| id >= after_loss + 3)
+    });
+
+    // stop with a savepoint: the coordinator prints it, and tells the workers to exit
+    let (code, r) = api.post("/v1/savepoints", serde_json::json!({"stop": true}));
+    assert_eq!(code, 202, "{r}");
+    let (code, lines) = coord.finish();
+    assert_eq!(code, 0);
+    let savepoint = savepoint_line(&lines);
+    assert_eq!(w0.finish().0, 0);
+    assert_eq!(w2.finish().0, 0);
+    let (committed, _) = read_sink(&out);
+    assert!(committed > 0, "nothing committed on the workers");
+
+    // the savepoint of the workers is an ordinary savepoint: a local run rescales and finishes
+    let local = manifest(
+        dir.path(),
+        "cluster-local",
+        &Job {
+            parallelism: 3,
+            count: job.count,
+            rate: job.rate,
+            file_sink: Some(out.clone()),
+            ..Job::default()
+        },
+    );
+    let (code, _) = start(&[
+        "run",
+        local.to_str().unwrap(),
+        "--from-savepoint",
+        &savepoint,
+    ])
+    .finish();
+    assert_eq!(code, 0);
+    let (rows, got) = read_sink(&out);
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+}
