@@ -67,6 +67,14 @@ pub struct StreamJobSpec {
     ]))]
     pub max_parallelism: u32,
 
+    /// Worker pods that run the job's subtasks next to the coordinator pod (0: the coordinator
+    /// pod runs every subtask). Subtask `j` of every step runs on worker `j % workers`, and
+    /// `keyBy` data moves between workers over the network. Changing it redeploys the job through
+    /// a savepoint, like a parallelism change.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 1024))]
+    pub workers: u32,
+
     /// Desired state: `running`, or `suspended` (the job is stopped with a savepoint and resumes
     /// from it when set back to `running`).
     #[serde(default)]
@@ -119,6 +127,10 @@ pub struct StreamJobSpec {
     /// account, extra env and labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<PodTemplateSpec>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn default_parallelism() -> u32 {

@@ -165,6 +165,22 @@ impl StreamJobSpec {
                 "spec.maxParallelism must be at least spec.parallelism: raise maxParallelism or lower parallelism",
             ));
         }
+        let widest = self
+            .pipeline
+            .iter()
+            .map(|s| s.parallelism.unwrap_or(self.parallelism))
+            .chain([self.parallelism])
+            .max()
+            .unwrap_or(1);
+        if self.workers > 1024 {
+            push(invalid("spec.workers: must be at most 1024"));
+        } else if self.workers > widest {
+            push(invalid(&format!(
+                "spec.workers ({}) exceeds the largest parallelism of any step ({widest}): {} worker(s) would run nothing; lower workers or raise parallelism",
+                self.workers,
+                self.workers - widest
+            )));
+        }
         push(duration(
             "spec.upgrade.readinessTimeout",
             &self.upgrade.readiness_timeout,

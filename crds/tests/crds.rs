@@ -122,6 +122,37 @@ fn defaults_are_filled_in() {
 }
 
 #[test]
+fn workers_default_to_none_leave_the_hash_alone_and_may_not_idle() {
+    let base = "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata: {name: x}\nspec:\n  image: i\n  parallelism: 2\n  checkpoints: {dir: /ck}\n  pipeline:\n    - {uid: src, source: {generator: {}}}\n    - {uid: agg, parallelism: 3, keyBy: [key], window: {tumbling: 1s}, aggregate: {count: true}}\n    - {uid: out, print: {}}\n";
+    let job = StreamJob::from_yaml(base).unwrap();
+    assert_eq!(job.spec.workers, 0);
+    // not serialised when 0: specs deployed before the field existed keep their hash
+    assert!(
+        !serde_json::to_string(&job.spec)
+            .unwrap()
+            .contains("workers")
+    );
+    // up to the widest step (3) is fine
+    let three =
+        StreamJob::from_yaml(&base.replace("parallelism: 2\n", "parallelism: 2\n  workers: 3\n"))
+            .unwrap();
+    three.spec.validate().unwrap();
+    assert_ne!(
+        streamjob_crds::hash::deployment_hash(&three.spec).unwrap(),
+        streamjob_crds::hash::deployment_hash(&job.spec).unwrap(),
+        "a workers change redeploys"
+    );
+    let four =
+        StreamJob::from_yaml(&base.replace("parallelism: 2\n", "parallelism: 2\n  workers: 4\n"))
+            .unwrap();
+    let err = four.spec.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("spec.workers (4) exceeds the largest parallelism of any step (3)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn generated_crd_carries_the_rules_and_columns() {
     let crd = streamjob_crds::crd::crd();
     assert_eq!(crd.spec.group, "streamjob.io");

@@ -115,6 +115,8 @@ pub struct Job {
     pub trigger_nonce: Option<i64>,
     pub dispose_on_delete: bool,
     pub checkpoint_interval: &'static str,
+    /// `spec.workers` (0: the runtime pod runs every subtask).
+    pub workers: u32,
 }
 
 impl Job {
@@ -139,6 +141,7 @@ impl Job {
             trigger_nonce: None,
             dispose_on_delete: false,
             checkpoint_interval: "1s",
+            workers: 0,
         }
     }
 
@@ -185,7 +188,7 @@ metadata:
 spec:
   image: {image}
   parallelism: {parallelism}
-  maxParallelism: 16
+  maxParallelism: 16{workers}
   state: {state}
   upgrade:
     strategy: {strategy}
@@ -209,6 +212,11 @@ spec:
 {steps}"#,
             anr = self.allow_non_restored,
             dispose = self.dispose_on_delete,
+            workers = if self.workers > 0 {
+                format!("\n  workers: {}", self.workers)
+            } else {
+                String::new()
+            },
         )
     }
 

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::{DynamicObject, ListParams};
+use kube::{Api, ResourceExt};
 use streamjob_e2e::fixtures::{self, EnvOptions, TestEnv, wait_deleted};
 use streamjob_e2e::kubelet::ImageMapping;
 use streamjob_e2e::scenario::{
@@ -267,16 +267,21 @@ impl Ctx {
     }
 }
 
-/// The id of the newest checkpoint the runtime pod's log reports completed (0: none).
-fn latest_checkpoint_in_log(env: &TestEnv, pod: &Pod) -> u64 {
+/// What the runtime container of `pod` wrote to stderr so far.
+fn runtime_log(env: &TestEnv, pod: &Pod) -> String {
     let dir = env.kubelet_config.run_dir.join(format!(
         "{}_{}_{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.name.as_deref().unwrap_or_default(),
         pod.metadata.uid.as_deref().unwrap_or_default()
     ));
-    let log = std::fs::read_to_string(dir.join("runtime.stderr.log")).unwrap_or_default();
-    log.lines()
+    std::fs::read_to_string(dir.join("runtime.stderr.log")).unwrap_or_default()
+}
+
+/// The id of the newest checkpoint the runtime pod's log reports completed (0: none).
+fn latest_checkpoint_in_log(env: &TestEnv, pod: &Pod) -> u64 {
+    runtime_log(env, pod)
+        .lines()
         .filter_map(|l| {
             let rest = &l[l.find("checkpoint ")? + "checkpoint ".len()..];
             let (n, tail) = rest.split_once(' ')?;
@@ -758,6 +763,167 @@ async fn j_shadow_upgrade() {
         "no standby step: {seen:?}"
     );
     only_the_promoted_pod_left(&ctx, &o).await;
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
+
+impl Ctx {
+    /// Worker pods of the job (not terminating).
+    async fn worker_pods(&self) -> Vec<Pod> {
+        let lp = ListParams::default().labels(&format!(
+            "streamjob.io/job={},streamjob.io/role=worker",
+            self.job.name
+        ));
+        self.pods
+            .list(&lp)
+            .await
+            .expect("list pods")
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect()
+    }
+
+    /// Waits until the running workers are exactly `count` pods of coordinator `coordinator`.
+    async fn workers_of(&self, coordinator: &str, count: usize) -> Vec<Pod> {
+        poll_until(
+            &format!("{count} running workers of {coordinator}"),
+            TIMEOUT,
+            Duration::from_millis(200),
+            || async {
+                let pods = self.worker_pods().await;
+                let ok = pods.len() == count
+                    && pods.iter().all(|p| {
+                        p.labels()
+                            .get("streamjob.io/coordinator")
+                            .map(String::as_str)
+                            == Some(coordinator)
+                            && container_pid(p).is_some()
+                    });
+                Ok(ok.then_some(pods))
+            },
+        )
+        .await
+        .expect("worker pods")
+    }
+
+    /// The active runtime (coordinator) pod recorded in status.
+    async fn coordinator(&self, o: &DynamicObject) -> Pod {
+        let name = status(o)["deployment"]["workload"].as_str().unwrap();
+        self.pods.get(name).await.expect("coordinator pod")
+    }
+}
+
+/// l. `spec.workers: 2`: the coordinator pod runs no subtask, two worker pods run them and
+/// exchange the keyBy data over the network. A SIGKILLed worker is restarted by the kubelet and
+/// the job restarts from its latest checkpoint; an in-place upgrade brings a new coordinator with
+/// new workers and the old workers go; output exactly-once; no worker is left at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn l_workers_survive_a_killed_worker_and_an_upgrade() {
+    let env = env().await;
+    let mut job = new_job(env, "workers").await;
+    job.parallelism = 2;
+    job.workers = 2;
+    job.count = 40_000;
+    let mut ctx = Ctx::new(env, job).await;
+    ctx.apply();
+    let o = ctx.running_with_checkpoint().await;
+    let coordinator = ctx.coordinator(&o).await;
+    let coordinator_name = coordinator.name_any();
+    let workers = ctx.workers_of(&coordinator_name, 2).await;
+    let log = runtime_log(env, &coordinator);
+    assert!(
+        log.contains("deploying on workers"),
+        "the coordinator did not deploy on workers:\n{log}"
+    );
+
+    // SIGKILL one worker: the kubelet restarts it, it registers again, the job restarts
+    let victim = &workers[1];
+    let pid = container_pid(victim).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL worker");
+    ctx.log(&format!("killed worker {} (pid {pid})", victim.name_any()));
+    poll_until(
+        "the job restarted on the restarted worker",
+        TIMEOUT,
+        Duration::from_millis(200),
+        || async {
+            let log = runtime_log(env, &coordinator);
+            Ok((log.contains("worker lost") && log.contains("attempt=2")).then_some(()))
+        },
+    )
+    .await
+    .expect("restart after the worker was lost");
+    let at_restart = latest_checkpoint_in_log(env, &coordinator);
+    poll_until(
+        "a checkpoint across the workers after the restart",
+        TIMEOUT,
+        Duration::from_millis(200),
+        || async { Ok((latest_checkpoint_in_log(env, &coordinator) > at_restart).then_some(())) },
+    )
+    .await
+    .expect("checkpoint after the restart");
+
+    // in-place upgrade: new coordinator, new workers, the old workers are deleted
+    ctx.job.image = "streamjob/runtime:v2".into();
+    let o = upgrade(&ctx).await;
+    let new_coordinator = status(&o)["deployment"]["workload"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(new_coordinator, coordinator_name);
+    let new_workers = ctx.workers_of(&new_coordinator, 2).await;
+    for w in &new_workers {
+        let image = w.spec.as_ref().unwrap().containers[0].image.clone();
+        assert_eq!(image.as_deref(), Some("streamjob/runtime:v2"));
+    }
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    poll_until(
+        "no worker pods left",
+        TIMEOUT,
+        Duration::from_millis(200),
+        || async { Ok(ctx.worker_pods().await.is_empty().then_some(())) },
+    )
+    .await
+    .expect("workers deleted after the job finished");
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
+
+/// m. `spec.workers: 2` with a Shadow upgrade: the standby coordinator gets its own two workers
+/// beside the old coordinator and its workers, takes over from the savepoint, and the old
+/// coordinator's workers go with it; output exactly-once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn m_workers_shadow_upgrade() {
+    let env = env().await;
+    let mut job = new_job(env, "wshadow").await;
+    job.parallelism = 2;
+    job.workers = 2;
+    job.strategy = "Shadow";
+    let mut ctx = Ctx::new(env, job).await;
+    ctx.apply();
+    let o = ctx.running_with_checkpoint().await;
+    let old = ctx.coordinator(&o).await.name_any();
+    ctx.workers_of(&old, 2).await;
+    ctx.job.image = "streamjob/runtime:v2".into();
+    let o = upgrade(&ctx).await;
+    let seen = ctx.seen();
+    assert!(
+        seen.iter().any(|s| s.contains("Shadow/StartingStandby")),
+        "no standby step: {seen:?}"
+    );
+    let new = ctx.coordinator(&o).await;
+    assert_ne!(new.name_any(), old);
+    ctx.workers_of(&new.name_any(), 2).await;
+    // the new coordinator registered its workers while standing by, before it was started
+    let log = runtime_log(env, &new);
+    let registered = log.find("worker registered").expect("workers registered");
+    let started = log.find("start requested").expect("started from standby");
+    assert!(registered < started, "workers registered after the start");
     ctx.finished().await;
     ctx.assert_exactly_once().await;
     ctx.log(&format!("phases: {:?}", ctx.seen()));

@@ -27,6 +27,7 @@ use crate::decide::{
 };
 use crate::metrics::Metrics;
 use crate::resources::{self, Owner, TOKEN_KEY};
+use crate::workers;
 use crate::{Error, Result};
 
 /// Finalizer present only while `spec.savepoints.disposeOnDelete` is set.
@@ -202,7 +203,7 @@ async fn reconcile_inner<C: ControlApi>(
 
     // ---- observe ----
     let token = ensure_token(ctx, &owner).await?;
-    let observed = observe(job, ctx, &owner, &token).await?;
+    let (observed, pods) = observe(job, ctx, &owner, &token).await?;
     let status = job.status.clone().unwrap_or_default();
 
     // ---- decide ----
@@ -240,6 +241,13 @@ async fn reconcile_inner<C: ControlApi>(
     }
     if status_dirty {
         write_status(&jobs, name, &new_status).await?;
+    }
+    // workers follow the coordinator pods as observed; new coordinators get theirs next time
+    if first_error.is_none()
+        && let Err(e) = sync_workers(job, ctx, &owner, &pods).await
+    {
+        tracing::warn!(error = %e, "cannot reconcile worker pods");
+        first_error = Some(e);
     }
     for note in &decision.events {
         publish(ctx, job, note.warning, &note.reason, &note.message).await;
@@ -670,7 +678,7 @@ async fn observe<C: ControlApi>(
     ctx: &Context<C>,
     owner: &Owner,
     token: &str,
-) -> Result<Observed> {
+) -> Result<(Observed, Vec<Pod>)> {
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let lp = ListParams::default().labels(&resources::selector(&owner.name));
@@ -761,7 +769,77 @@ async fn observe<C: ControlApi>(
     if let Some(SavepointState::Completed { path }) = &obs.savepoint {
         tracing::info!(%path, "savepoint completed");
     }
-    Ok(obs)
+    Ok((obs, pod_list.items))
+}
+
+/// Creates and deletes worker pods so every live coordinator pod has its `spec.workers`
+/// workers (see [`crate::workers`]). `pods` is what this reconcile observed.
+async fn sync_workers<C: ControlApi>(
+    job: &StreamJob,
+    ctx: &Context<C>,
+    owner: &Owner,
+    pods: &[Pod],
+) -> Result<()> {
+    let (coordinators, workers) = workers::observe(pods);
+    let actions = workers::plan_workers(&coordinators, &workers);
+    if actions.is_empty() {
+        return Ok(());
+    }
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let pp = PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    };
+    let current = deployment_hash(&job.spec).map_err(|e| Error::Serialize(e.to_string()))?;
+    for action in actions {
+        match action {
+            workers::WorkerAction::Create { coordinator, index } => {
+                let Some(c) = coordinators.iter().find(|c| c.name == coordinator) else {
+                    continue;
+                };
+                // the coordinator's own spec: an older one during a shadow upgrade
+                let spec = if c.hash == current {
+                    job.spec.clone()
+                } else {
+                    spec_of_hash(ctx, owner, &c.hash).await?
+                };
+                let Some(pod) = workers::worker_pod(owner, c, index, &spec) else {
+                    continue;
+                };
+                tracing::info!(worker = %workers::worker_name(&coordinator, index), %coordinator, "creating worker pod");
+                ignore_conflict(api.create(&pp, &pod).await)?;
+            }
+            workers::WorkerAction::Delete { name } => {
+                tracing::info!(worker = %name, "deleting worker pod");
+                ignore_missing(api.delete(&name, &DeleteParams::default()).await)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The spec a deployed hash was created from (its manifest ConfigMap).
+async fn spec_of_hash<C: ControlApi>(
+    ctx: &Context<C>,
+    owner: &Owner,
+    hash: &str,
+) -> Result<streamjob_crds::v1alpha1::StreamJobSpec> {
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let cm = cms.get(&decide::config_name(&owner.name, hash)).await?;
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(resources::MANIFEST_KEY))
+        .ok_or_else(|| {
+            Error::Object(format!(
+                "ConfigMap {} has no {}",
+                decide::config_name(&owner.name, hash),
+                resources::MANIFEST_KEY
+            ))
+        })?;
+    StreamJob::from_yaml(text)
+        .map(|j| j.spec)
+        .map_err(|e| Error::Object(format!("manifest of deployment {hash}: {e}")))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod decide;
 pub mod leader;
 pub mod metrics;
 pub mod resources;
+pub mod workers;
 
 /// Everything that can go wrong in the operator.
 #[derive(Debug, thiserror::Error)]

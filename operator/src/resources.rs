@@ -124,7 +124,7 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
-fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
+pub(crate) fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
@@ -140,7 +140,7 @@ fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
 }
 
 /// Env of every pod running the job's image: pod identity, the manifest, storage credentials.
-fn common_env(owner: &Owner, hash: &str, spec: &StreamJobSpec) -> Vec<EnvVar> {
+pub(crate) fn common_env(owner: &Owner, hash: &str, spec: &StreamJobSpec) -> Vec<EnvVar> {
     let mut env = vec![
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_NAMESPACE", "metadata.namespace"),
@@ -186,17 +186,17 @@ fn common_env(owner: &Owner, hash: &str, spec: &StreamJobSpec) -> Vec<EnvVar> {
 
 /// Merges the user's podTemplate with the operator's container; the operator's fields win for
 /// image, args, ports, probes and restart policy; the user's env comes after ours.
-fn pod_from_template(
+pub(crate) fn pod_from_template(
     owner: &Owner,
     name: &str,
-    role: PodRole,
+    role: Option<PodRole>,
     hash: &str,
     spec: &StreamJobSpec,
     ours: Container,
     restart_policy: &str,
 ) -> Pod {
     let template = spec.pod_template.clone().unwrap_or_default();
-    let mut meta = owner.meta(name, Some(role), Some(hash));
+    let mut meta = owner.meta(name, role, Some(hash));
     if let Some(tm) = template.metadata {
         let mut l = tm.labels.unwrap_or_default();
         l.extend(meta.labels.take().unwrap_or_default());
@@ -267,6 +267,27 @@ pub fn runtime_pod(owner: &Owner, plan: &PodPlan, control_port: u16) -> Pod {
     if plan.standby {
         args.push("--standby".into());
     }
+    let mut ports = vec![ContainerPort {
+        name: Some("control".into()),
+        container_port: i32::from(control_port),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }];
+    if plan.spec.workers > 0 {
+        // the subtasks run on worker pods (crate::workers), which register here
+        args.extend([
+            "--workers".into(),
+            plan.spec.workers.to_string(),
+            "--cluster-addr".into(),
+            format!("$(POD_IP):{}", crate::workers::CLUSTER_PORT),
+        ]);
+        ports.push(ContainerPort {
+            name: Some("cluster".into()),
+            container_port: i32::from(crate::workers::CLUSTER_PORT),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        });
+    }
     let mut env = common_env(owner, &plan.hash, &plan.spec);
     env.push(secret_env(
         TOKEN_ENV,
@@ -284,12 +305,7 @@ pub fn runtime_pod(owner: &Owner, plan: &PodPlan, control_port: u16) -> Pod {
         image_pull_policy: plan.spec.image_pull_policy.clone(),
         args: Some(args),
         env: Some(env),
-        ports: Some(vec![ContainerPort {
-            name: Some("control".into()),
-            container_port: i32::from(control_port),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
+        ports: Some(ports),
         readiness_probe: Some(Probe {
             http_get: Some(HTTPGetAction {
                 path: Some("/healthz".into()),
@@ -306,7 +322,7 @@ pub fn runtime_pod(owner: &Owner, plan: &PodPlan, control_port: u16) -> Pod {
     pod_from_template(
         owner,
         &plan.name,
-        PodRole::Runtime,
+        Some(PodRole::Runtime),
         &plan.hash,
         &plan.spec,
         container,
@@ -339,7 +355,15 @@ pub fn plan_pod(
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()
     };
-    let mut pod = pod_from_template(owner, name, PodRole::Plan, hash, spec, container, "Never");
+    let mut pod = pod_from_template(
+        owner,
+        name,
+        Some(PodRole::Plan),
+        hash,
+        spec,
+        container,
+        "Never",
+    );
     if let Some(s) = pod.spec.as_mut() {
         s.active_deadline_seconds = Some(deadline_seconds.max(30));
     }
@@ -369,7 +393,7 @@ pub fn dispose_pod(
     pod_from_template(
         owner,
         name,
-        PodRole::Dispose,
+        Some(PodRole::Dispose),
         hash,
         spec,
         container,
@@ -534,6 +558,35 @@ spec:
                 .name,
             "clicks-manifest-h1"
         );
+    }
+
+    #[test]
+    fn runtime_pod_with_workers_listens_for_them() {
+        let mut plan = PodPlan {
+            name: "clicks-2".into(),
+            hash: "h".into(),
+            spec: spec(),
+            from_savepoint: None,
+            standby: false,
+            fresh: true,
+        };
+        plan.spec.parallelism = 2;
+        plan.spec.workers = 2;
+        let p = runtime_pod(&owner(), &plan, 8081);
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let args = c.args.clone().unwrap();
+        let at = args.iter().position(|a| a == "--workers").unwrap();
+        assert_eq!(args[at + 1], "2");
+        let at = args.iter().position(|a| a == "--cluster-addr").unwrap();
+        assert_eq!(args[at + 1], "$(POD_IP):6123");
+        let ports: Vec<i32> = c
+            .ports
+            .clone()
+            .unwrap()
+            .iter()
+            .map(|p| p.container_port)
+            .collect();
+        assert_eq!(ports, [8081, 6123]);
     }
 
     #[test]

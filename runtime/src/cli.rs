@@ -77,9 +77,10 @@ struct RunArgs {
     /// Restarts after failures before the job fails for good.
     #[arg(long, default_value_t = 10)]
     max_restarts: u32,
-    /// coordinator: run the subtasks on this many worker processes (0: in this process).
-    #[arg(long, default_value_t = 0)]
-    workers: usize,
+    /// coordinator: run the subtasks on this many worker processes (default spec.workers; 0: in
+    /// this process).
+    #[arg(long)]
+    workers: Option<usize>,
     /// coordinator with --workers: where workers register (default ${POD_IP:-127.0.0.1}:6123).
     #[arg(long)]
     cluster_addr: Option<String>,
@@ -297,7 +298,7 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
             None => RestoreFrom::Empty,
         },
     };
-    if args.workers > 0 && !coordinator {
+    if args.workers.is_some_and(|n| n > 0) && !coordinator {
         return Err(Error::Other(
             "--workers: `run` keeps every subtask in this process; use `coordinator --workers N` with `worker` processes".into(),
         ));
@@ -398,7 +399,13 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
             }
         });
     }
-    let workers = if args.workers > 0 {
+    // `run` is local mode: every subtask in this process whatever spec.workers says
+    let worker_count = match args.workers {
+        Some(n) => n,
+        None if coordinator => graph.spec.workers as usize,
+        None => 0,
+    };
+    let workers = if worker_count > 0 {
         let addr = match &args.cluster_addr {
             Some(a) => a.clone(),
             None => format!(
@@ -411,7 +418,7 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
             streamjob_crds::units::parse_duration("--register-timeout", &args.register_timeout)?;
         let w = crate::cluster::workers::Workers::listen(
             addr,
-            args.workers,
+            worker_count,
             token.clone(),
             crate::cluster::wire::spec_digest(&graph.spec)?,
             register_timeout,

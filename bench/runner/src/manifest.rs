@@ -274,6 +274,7 @@ fn job(
         image_pull_policy: None,
         parallelism,
         max_parallelism: 128,
+        workers: 0,
         state: Default::default(),
         upgrade: UpgradeSpec::default(),
         checkpoints: CheckpointSpec {
