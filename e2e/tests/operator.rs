@@ -240,8 +240,13 @@ impl Ctx {
 
     /// Runtime pods of the job (not plan or dispose pods), not terminating.
     async fn runtime_pods(&self) -> Vec<Pod> {
+        self.pods_with_role("runtime").await
+    }
+
+    /// Pods of the job with role label `role`, not terminating.
+    async fn pods_with_role(&self, role: &str) -> Vec<Pod> {
         let lp = ListParams::default().labels(&format!(
-            "streamjob.io/job={},streamjob.io/role=runtime",
+            "streamjob.io/job={},streamjob.io/role={role}",
             self.job.name
         ));
         self.pods
@@ -771,18 +776,7 @@ async fn j_shadow_upgrade() {
 impl Ctx {
     /// Worker pods of the job (not terminating).
     async fn worker_pods(&self) -> Vec<Pod> {
-        let lp = ListParams::default().labels(&format!(
-            "streamjob.io/job={},streamjob.io/role=worker",
-            self.job.name
-        ));
-        self.pods
-            .list(&lp)
-            .await
-            .expect("list pods")
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect()
+        self.pods_with_role("worker").await
     }
 
     /// Waits until the running workers are exactly `count` pods of coordinator `coordinator`.

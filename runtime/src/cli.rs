@@ -307,10 +307,7 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
     let token = read_token(args.token_file.as_deref())?;
     let addr = match (&args.control_addr, coordinator) {
         (Some(a), _) => Some(a.clone()),
-        (None, true) => Some(format!(
-            "{}:8081",
-            std::env::var("POD_IP").unwrap_or_else(|_| "127.0.0.1".into())
-        )),
+        (None, true) => Some(pod_addr(8081)),
         (None, false) => None,
     };
     if args.standby && (args.from_savepoint.is_some() || args.resume) {
@@ -406,13 +403,7 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
         None => 0,
     };
     let workers = if worker_count > 0 {
-        let addr = match &args.cluster_addr {
-            Some(a) => a.clone(),
-            None => format!(
-                "{}:6123",
-                std::env::var("POD_IP").unwrap_or_else(|_| "127.0.0.1".into())
-            ),
-        };
+        let addr = args.cluster_addr.clone().unwrap_or_else(|| pod_addr(6123));
         let addr = parse_addr("--cluster-addr", &addr, token.as_deref())?;
         let register_timeout =
             streamjob_crds::units::parse_duration("--register-timeout", &args.register_timeout)?;
@@ -479,6 +470,12 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
     }
 }
 
+/// `${POD_IP:-127.0.0.1}:port`: the default listen address of pods.
+fn pod_addr(port: u16) -> String {
+    let ip = std::env::var("POD_IP").unwrap_or_else(|_| "127.0.0.1".into());
+    format!("{ip}:{port}")
+}
+
 /// Parses a listen address; off loopback it needs a token.
 fn parse_addr(flag: &str, addr: &str, token: Option<&str>) -> Result<SocketAddr> {
     let parsed: SocketAddr = addr
@@ -496,13 +493,7 @@ fn parse_addr(flag: &str, addr: &str, token: Option<&str>) -> Result<SocketAddr>
 async fn worker(args: WorkerArgs, registry: Registry) -> Result<ExitCode> {
     let graph = load(&args.manifest, &registry).await?;
     let token = read_token(args.token_file.as_deref())?;
-    let data_addr = match &args.data_addr {
-        Some(a) => a.clone(),
-        None => format!(
-            "{}:0",
-            std::env::var("POD_IP").unwrap_or_else(|_| "127.0.0.1".into())
-        ),
-    };
+    let data_addr = args.data_addr.clone().unwrap_or_else(|| pod_addr(0));
     let data_addr = parse_addr("--data-addr", &data_addr, token.as_deref())?;
     let name = args
         .name
