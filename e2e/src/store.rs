@@ -7,11 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::TryStreamExt;
-use hmac::{Hmac, Mac};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
-use sha2::{Digest, Sha256};
 
 use crate::binaries::Binaries;
 use crate::error::{Error, IoContext, Result};
@@ -43,58 +41,13 @@ pub struct ObjectInfo {
     pub size: u64,
 }
 
-type HmacSha256 = Hmac<Sha256>;
-
-fn hmac(key: &[u8], data: &[u8]) -> Result<Vec<u8>> {
-    let mut mac =
-        HmacSha256::new_from_slice(key).map_err(|e| Error::Other(format!("hmac key: {e}")))?;
-    mac.update(data);
-    Ok(mac.finalize().into_bytes().to_vec())
-}
-
 impl S3Endpoint {
     /// Creates a bucket (path-style `PUT /<bucket>`, signed with AWS SigV4). An existing bucket
     /// owned by us is not an error.
     pub async fn create_bucket(&self, bucket: &str) -> Result<()> {
-        let host = self
-            .url
-            .trim_start_matches("http://")
-            .trim_start_matches("https://")
-            .trim_end_matches('/')
-            .to_string();
-        let now = chrono::Utc::now();
-        let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
-        let day = now.format("%Y%m%d").to_string();
-        let payload_hash = hex::encode(Sha256::digest(b""));
-        let canonical = format!(
-            "PUT\n/{bucket}\n\nhost:{host}\nx-amz-content-sha256:{payload_hash}\nx-amz-date:{amz_date}\n\nhost;x-amz-content-sha256;x-amz-date\n{payload_hash}"
-        );
-        let scope = format!("{day}/{}/s3/aws4_request", self.region);
-        let to_sign = format!(
-            "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-            hex::encode(Sha256::digest(canonical.as_bytes()))
-        );
-        let k_date = hmac(
-            format!("AWS4{}", self.secret_key).as_bytes(),
-            day.as_bytes(),
-        )?;
-        let k_region = hmac(&k_date, self.region.as_bytes())?;
-        let k_service = hmac(&k_region, b"s3")?;
-        let k_signing = hmac(&k_service, b"aws4_request")?;
-        let signature = hex::encode(hmac(&k_signing, to_sign.as_bytes())?);
-        let auth = format!(
-            "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}",
-            self.access_key
-        );
-        let resp = reqwest::Client::new()
-            .put(format!("{}/{bucket}", self.url.trim_end_matches('/')))
-            .header("x-amz-date", &amz_date)
-            .header("x-amz-content-sha256", &payload_hash)
-            .header("authorization", auth)
-            .send()
+        let (status, body) = self
+            .signed_request(reqwest::Method::PUT, &format!("/{bucket}"), &[])
             .await?;
-        let status = resp.status();
-        let body = resp.text().await.unwrap_or_default();
         if status.is_success() || body.contains("BucketAlreadyOwnedByYou") {
             Ok(())
         } else {
@@ -157,18 +110,8 @@ pub struct MultipartUploadInfo {
     pub initiated: String,
 }
 
-/// S3's URI encoding (RFC 3986 unreserved characters kept; `/` kept when `keep_slash`).
-pub fn uri_encode(s: &str, keep_slash: bool) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || (keep_slash && b == b'/') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+use streamjob_filesink::sigv4;
+pub use streamjob_filesink::sigv4::uri_encode;
 
 /// The text of every `<tag>...</tag>` in `xml`, in order (no nesting of the same tag).
 fn xml_elements<'a>(xml: &'a str, tag: &str) -> Vec<&'a str> {
@@ -202,58 +145,21 @@ impl S3Endpoint {
         path: &str,
         query: &[(&str, &str)],
     ) -> Result<(reqwest::StatusCode, String)> {
-        let host = self
-            .url
-            .trim_start_matches("http://")
-            .trim_start_matches("https://")
-            .trim_end_matches('/')
-            .to_string();
-        let mut pairs: Vec<(String, String)> = query
-            .iter()
-            .map(|(k, v)| (uri_encode(k, false), uri_encode(v, false)))
-            .collect();
-        pairs.sort();
-        let canonical_query = pairs
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("&");
-        let now = chrono::Utc::now();
-        let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
-        let day = now.format("%Y%m%d").to_string();
-        let payload_hash = hex::encode(Sha256::digest(b""));
-        let canonical = format!(
-            "{method}\n{path}\n{canonical_query}\nhost:{host}\nx-amz-content-sha256:{payload_hash}\nx-amz-date:{amz_date}\n\nhost;x-amz-content-sha256;x-amz-date\n{payload_hash}"
-        );
-        let scope = format!("{day}/{}/s3/aws4_request", self.region);
-        let to_sign = format!(
-            "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-            hex::encode(Sha256::digest(canonical.as_bytes()))
-        );
-        let k_date = hmac(
-            format!("AWS4{}", self.secret_key).as_bytes(),
-            day.as_bytes(),
-        )?;
-        let k_region = hmac(&k_date, self.region.as_bytes())?;
-        let k_service = hmac(&k_region, b"s3")?;
-        let k_signing = hmac(&k_service, b"aws4_request")?;
-        let signature = hex::encode(hmac(&k_signing, to_sign.as_bytes())?);
-        let auth = format!(
-            "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={signature}",
-            self.access_key
-        );
-        let mut url = format!("{}{path}", self.url.trim_end_matches('/'));
-        if !canonical_query.is_empty() {
-            url.push('?');
-            url.push_str(&canonical_query);
-        }
-        let resp = reqwest::Client::new()
-            .request(method, url)
-            .header("x-amz-date", &amz_date)
-            .header("x-amz-content-sha256", &payload_hash)
-            .header("authorization", auth)
-            .send()
-            .await?;
+        let req = sigv4::request(
+            &reqwest::Client::new(),
+            method,
+            &self.url,
+            path,
+            query,
+            &self.region,
+            &sigv4::Credentials {
+                key_id: &self.access_key,
+                secret_key: &self.secret_key,
+                token: None,
+            },
+        )
+        .map_err(Error::Other)?;
+        let resp = req.send().await?;
         let status = resp.status();
         let body = resp.text().await.unwrap_or_default();
         Ok((status, body))

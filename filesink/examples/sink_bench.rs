@@ -169,54 +169,25 @@ fn minio_bin() -> Option<std::path::PathBuf> {
     })
 }
 
-fn hmac(key: &[u8], msg: &[u8]) -> Vec<u8> {
-    use sha2::{Digest, Sha256};
-    let mut k = key.to_vec();
-    k.resize(64, 0);
-    let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
-    let opad: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
-    let inner = Sha256::new()
-        .chain_update(&ipad)
-        .chain_update(msg)
-        .finalize();
-    Sha256::new()
-        .chain_update(&opad)
-        .chain_update(inner)
-        .finalize()
-        .to_vec()
-}
-
 async fn create_bucket(endpoint: &str, bucket: &str) -> bool {
-    use sha2::{Digest, Sha256};
-    let host = endpoint.trim_start_matches("http://");
-    let now = chrono::Utc::now();
-    let amz = now.format("%Y%m%dT%H%M%SZ").to_string();
-    let date = now.format("%Y%m%d").to_string();
-    let empty = hex::encode(Sha256::digest(b""));
-    let canonical = format!(
-        "PUT\n/{bucket}\n\nhost:{host}\nx-amz-content-sha256:{empty}\nx-amz-date:{amz}\n\nhost;x-amz-content-sha256;x-amz-date\n{empty}"
+    use streamjob_filesink::sigv4;
+    let req = sigv4::request(
+        &reqwest::Client::new(),
+        reqwest::Method::PUT,
+        endpoint,
+        &format!("/{bucket}"),
+        &[],
+        "us-east-1",
+        &sigv4::Credentials {
+            key_id: USER,
+            secret_key: PASSWORD,
+            token: None,
+        },
     );
-    let scope = format!("{date}/us-east-1/s3/aws4_request");
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{amz}\n{scope}\n{}",
-        hex::encode(Sha256::digest(canonical.as_bytes()))
-    );
-    let mut key = hmac(format!("AWS4{PASSWORD}").as_bytes(), date.as_bytes());
-    for p in ["us-east-1", "s3", "aws4_request"] {
-        key = hmac(&key, p.as_bytes());
+    match req {
+        Ok(req) => matches!(req.send().await, Ok(r) if r.status().is_success()),
+        Err(_) => false,
     }
-    let sig = hex::encode(hmac(&key, to_sign.as_bytes()));
-    let auth = format!(
-        "AWS4-HMAC-SHA256 Credential={USER}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={sig}"
-    );
-    let r = reqwest::Client::new()
-        .put(format!("{endpoint}/{bucket}"))
-        .header("x-amz-date", amz)
-        .header("x-amz-content-sha256", empty)
-        .header("authorization", auth)
-        .send()
-        .await;
-    matches!(r, Ok(r) if r.status().is_success())
 }
 
 fn row(target: &str, what: &str, d: Duration, bytes: u64, records: Option<usize>) {

@@ -84,6 +84,7 @@ pub mod format;
 pub mod hdfs;
 pub mod part;
 pub mod rolling;
+pub mod sigv4;
 pub mod sink;
 pub mod store;
 

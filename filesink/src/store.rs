@@ -29,7 +29,6 @@ use object_store::path::Path as ObjPath;
 use object_store::{
     BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
 };
-use sha2::{Digest, Sha256};
 use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::{ConnectionLimits, StorageSpec};
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
@@ -468,83 +467,30 @@ impl S3Store {
                 format!("/{}", uri_encode(&self.bucket, false)),
             ),
         };
-        let url = reqwest::Url::parse(&base)
-            .map_err(|e| fail(generic(format!("endpoint {base}: {e}"))))?;
-        let host = match (url.host_str(), url.port()) {
-            (Some(h), Some(p)) => format!("{h}:{p}"),
-            (Some(h), None) => h.to_string(),
-            (None, _) => return Err(fail(generic(format!("endpoint {base} has no host")))),
-        };
         let cred = self
             .inner
             .credentials()
             .get_credential()
             .await
             .map_err(fail)?;
-        let mut pairs: Vec<(String, String)> = query
-            .iter()
-            .map(|(k, v)| (uri_encode(k, false), uri_encode(v, false)))
-            .collect();
-        pairs.sort();
-        let canonical_query = pairs
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("&");
-        let now = chrono::Utc::now();
-        let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
-        let day = now.format("%Y%m%d").to_string();
-        let payload = hex::encode(Sha256::digest(b""));
-        let mut headers = vec![
-            ("host", host),
-            ("x-amz-content-sha256", payload.clone()),
-            ("x-amz-date", amz_date.clone()),
-        ];
-        if let Some(token) = &cred.token {
-            headers.push(("x-amz-security-token", token.clone()));
-        }
-        let signed_headers = headers
-            .iter()
-            .map(|(k, _)| *k)
-            .collect::<Vec<_>>()
-            .join(";");
-        let canonical_headers: String = headers
-            .iter()
-            .map(|(k, v)| format!("{k}:{}\n", v.trim()))
-            .collect();
-        let canonical = format!(
-            "GET\n{path}\n{canonical_query}\n{canonical_headers}\n{signed_headers}\n{payload}"
-        );
-        let scope = format!("{day}/{}/s3/aws4_request", ep.region);
-        let to_sign = format!(
-            "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-            hex::encode(Sha256::digest(canonical.as_bytes()))
-        );
-        let mut key = hmac_sha256(
-            format!("AWS4{}", cred.secret_key).as_bytes(),
-            day.as_bytes(),
-        );
-        for part in [ep.region.as_str(), "s3", "aws4_request"] {
-            key = hmac_sha256(&key, part.as_bytes());
-        }
-        let signature = hex::encode(hmac_sha256(&key, to_sign.as_bytes()));
-        let auth = format!(
-            "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed_headers}, Signature={signature}",
-            cred.key_id
-        );
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()
             .map_err(|e| fail(generic(format!("http client: {e}"))))?;
-        let mut req = client
-            .get(format!(
-                "{}{path}?{canonical_query}",
-                base.trim_end_matches('/')
-            ))
-            .header("authorization", auth);
-        for (k, v) in headers.iter().filter(|(k, _)| *k != "host") {
-            req = req.header(*k, v);
-        }
+        let req = crate::sigv4::request(
+            &client,
+            reqwest::Method::GET,
+            &base,
+            &path,
+            query,
+            &ep.region,
+            &crate::sigv4::Credentials {
+                key_id: &cred.key_id,
+                secret_key: &cred.secret_key,
+                token: cred.token.as_deref(),
+            },
+        )
+        .map_err(|e| fail(generic(e)))?;
         let resp = req.send().await.map_err(|e| fail(generic(e.to_string())))?;
         let status = resp.status();
         let body = resp
@@ -778,38 +724,7 @@ fn xml_unescape(s: &str) -> String {
         .replace("&amp;", "&")
 }
 
-/// S3's URI encoding (unreserved characters kept; `/` kept when `keep_slash`).
-fn uri_encode(s: &str, keep_slash: bool) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || (keep_slash && b == b'/') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
-    let mut k = if key.len() > 64 {
-        Sha256::digest(key).to_vec()
-    } else {
-        key.to_vec()
-    };
-    k.resize(64, 0);
-    let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
-    let opad: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
-    let inner = Sha256::new()
-        .chain_update(&ipad)
-        .chain_update(msg)
-        .finalize();
-    Sha256::new()
-        .chain_update(&opad)
-        .chain_update(inner)
-        .finalize()
-        .to_vec()
-}
+use crate::sigv4::uri_encode;
 
 // ---------------------------------------------------------------------------------------------
 // Connection limits

@@ -24,6 +24,7 @@ use streamjob_crds::v1alpha1::{
     FieldBucketAssigner, FileSinkSpec, ParquetCompression, ParquetFormat, RollingPolicySpec,
     RowCompression, RowFormat, SinkFormat, SuccessMarkerSpec,
 };
+use streamjob_filesink::sigv4::{self, uri_encode};
 use streamjob_filesink::store::{LocalStore, ObjectInfo, TempFile};
 use streamjob_filesink::{
     Error, FileSink, FileSinkOptions, SinkSubtaskState, Store, max_next_counter, redistribute,
@@ -1053,27 +1054,6 @@ fn minio_store(m: &Minio, bucket: &str, prefix: &str) -> Arc<dyn Store> {
     )
 }
 
-fn hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
-    use sha2::{Digest, Sha256};
-    let mut k = if key.len() > 64 {
-        Sha256::digest(key).to_vec()
-    } else {
-        key.to_vec()
-    };
-    k.resize(64, 0);
-    let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
-    let opad: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
-    let inner = Sha256::new()
-        .chain_update(&ipad)
-        .chain_update(msg)
-        .finalize();
-    Sha256::new()
-        .chain_update(&opad)
-        .chain_update(inner)
-        .finalize()
-        .to_vec()
-}
-
 /// Creates a bucket (object_store cannot): a SigV4-signed `PUT /bucket`.
 async fn create_bucket(m: &Minio, bucket: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -1093,26 +1073,13 @@ async fn create_bucket(m: &Minio, bucket: &str) {
 }
 
 async fn try_create_bucket(m: &Minio, bucket: &str) -> (reqwest::StatusCode, String) {
-    signed(m, reqwest::Method::PUT, &format!("/{bucket}"), "").await
-}
-
-fn uri_encode(s: &str, keep_slash: bool) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) || (keep_slash && b == b'/') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    signed(m, reqwest::Method::PUT, &format!("/{bucket}"), &[]).await
 }
 
 /// Whether a multipart upload is still open (S3 ListParts: 200 open, 404 NoSuchUpload gone).
 async fn upload_open(m: &Minio, bucket: &str, key: &str, upload_id: &str) -> bool {
     let path = format!("/{bucket}/{}", uri_encode(key, true));
-    let query = format!("uploadId={}", uri_encode(upload_id, false));
-    let (status, body) = signed(m, reqwest::Method::GET, &path, &query).await;
+    let (status, body) = signed(m, reqwest::Method::GET, &path, &[("uploadId", upload_id)]).await;
     match status.as_u16() {
         200 => true,
         404 => false,
@@ -1120,55 +1087,28 @@ async fn upload_open(m: &Minio, bucket: &str, key: &str, upload_id: &str) -> boo
     }
 }
 
-/// A SigV4-signed request without body; `query` is a single valueless key or empty.
+/// A SigV4-signed request without body; `query` holds unencoded `(name, value)` pairs.
 async fn signed(
     m: &Minio,
     method: reqwest::Method,
     path: &str,
-    query: &str,
+    query: &[(&str, &str)],
 ) -> (reqwest::StatusCode, String) {
-    use sha2::{Digest, Sha256};
-    let host = m.endpoint.trim_start_matches("http://").to_string();
-    let now = chrono::Utc::now();
-    let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
-    let date = now.format("%Y%m%d").to_string();
-    let empty = hex::encode(Sha256::digest(b""));
-    let canonical_query = if query.is_empty() || query.contains('=') {
-        query.to_string()
-    } else {
-        format!("{query}=")
-    };
-    let canonical = format!(
-        "{method}\n{path}\n{canonical_query}\nhost:{host}\nx-amz-content-sha256:{empty}\nx-amz-date:{amz_date}\n\n\
-         host;x-amz-content-sha256;x-amz-date\n{empty}"
-    );
-    let scope = format!("{date}/us-east-1/s3/aws4_request");
-    let to_sign = format!(
-        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-        hex::encode(Sha256::digest(canonical.as_bytes()))
-    );
-    let mut key = hmac_sha256(format!("AWS4{MINIO_PASSWORD}").as_bytes(), date.as_bytes());
-    for part in ["us-east-1", "s3", "aws4_request"] {
-        key = hmac_sha256(&key, part.as_bytes());
-    }
-    let sig = hex::encode(hmac_sha256(&key, to_sign.as_bytes()));
-    let auth = format!(
-        "AWS4-HMAC-SHA256 Credential={MINIO_USER}/{scope}, \
-         SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={sig}"
-    );
-    let url = if query.is_empty() {
-        format!("{}{path}", m.endpoint)
-    } else {
-        format!("{}{path}?{query}", m.endpoint)
-    };
-    let r = reqwest::Client::new()
-        .request(method, url)
-        .header("x-amz-date", amz_date)
-        .header("x-amz-content-sha256", empty)
-        .header("authorization", auth)
-        .send()
-        .await
-        .unwrap();
+    let req = sigv4::request(
+        &reqwest::Client::new(),
+        method,
+        &m.endpoint,
+        path,
+        query,
+        "us-east-1",
+        &sigv4::Credentials {
+            key_id: MINIO_USER,
+            secret_key: MINIO_PASSWORD,
+            token: None,
+        },
+    )
+    .unwrap();
+    let r = req.send().await.unwrap();
     let status = r.status();
     (status, r.text().await.unwrap_or_default())
 }
