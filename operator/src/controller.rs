@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use rand::Rng;
 use rand::distr::Alphanumeric;
@@ -96,9 +96,15 @@ pub async fn run<C: ControlApi>(ctx: Arc<Context<C>>) {
         let config = ControllerConfig::default()
             .concurrency(ctx.settings.concurrency.max(1))
             .debounce(Duration::from_millis(500));
-        // The status is written only when it changes, so our own writes cause at most one more
-        // (idempotent) reconcile.
-        Controller::new(jobs, watcher::Config::default().any_semantic())
+        // Our own progress writes (lastCheckpoint, conditions, message) do not trigger another
+        // reconcile; spec, metadata and upgrade-moving status changes do (see `trigger_digest`).
+        let (reader, writer) = kube::runtime::reflector::store();
+        let triggers = watcher(jobs, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects()
+            .predicate_filter(trigger_digest, Default::default());
+        Controller::for_stream(triggers, reader)
             .owns(
                 pods,
                 watcher::Config::default()
@@ -116,6 +122,29 @@ pub async fn run<C: ControlApi>(ctx: Arc<Context<C>>) {
             })
     });
     futures::future::join_all(runs).await;
+}
+
+/// What a StreamJob change must touch to be worth a reconcile: the spec (generation), the
+/// metadata the operator reads (annotations, finalizers, deletion), and the status fields that move
+/// an upgrade or a savepoint along. Everything else in the status is the operator's own report.
+fn trigger_digest(job: &StreamJob) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    job.metadata.generation.hash(&mut h);
+    job.metadata.deletion_timestamp.is_some().hash(&mut h);
+    job.finalizers().hash(&mut h);
+    job.annotations().hash(&mut h);
+    // no status yet and a status without these fields hash alike: the first status write of a
+    // job that needs nothing else does not trigger another reconcile
+    let s = job.status.as_ref();
+    serde_json::to_string(&(
+        s.and_then(|s| s.upgrade.as_ref()),
+        s.and_then(|s| s.pending_savepoint.as_ref()),
+        s.and_then(|s| s.deployment.as_ref()),
+    ))
+    .unwrap_or_default()
+    .hash(&mut h);
+    Some(h.finish())
 }
 
 fn error_policy<C: ControlApi>(job: Arc<StreamJob>, err: &Error, ctx: Arc<Context<C>>) -> Requeue {
@@ -846,6 +875,43 @@ async fn spec_of_hash<C: ControlApi>(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn only_spec_metadata_and_upgrade_progress_trigger_a_reconcile() {
+        let job = |status: serde_json::Value, annotations: serde_json::Value| -> StreamJob {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "streamjob.io/v1alpha1", "kind": "StreamJob",
+                "metadata": {"name": "j", "generation": 3, "annotations": annotations},
+                "spec": {"image": "i", "checkpoints": {"dir": "/ck"}, "pipeline": [
+                    {"uid": "g", "source": {"generator": {}}}, {"uid": "o", "print": {}}]},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        let fresh = trigger_digest(&job(serde_json::Value::Null, serde_json::json!({})));
+        // the operator's own report: phase, checkpoint, message
+        let reported = job(
+            serde_json::json!({"phase": "Suspended", "observedGeneration": 3,
+                "lastCheckpoint": {"id": 7, "path": "/ck/chk-7", "time": "2026-01-01T00:00:00Z"},
+                "message": "suspended"}),
+            serde_json::json!({}),
+        );
+        assert_eq!(trigger_digest(&reported), fresh);
+        // an upgrade moving on, a recovery annotation, a new generation: reconcile
+        let moving = job(
+            serde_json::json!({"upgrade": {"from": "a", "to": "b", "step": "InPlace/Savepointing", "startedAt": "2026-01-01T00:00:00Z"}}),
+            serde_json::json!({}),
+        );
+        assert_ne!(trigger_digest(&moving), fresh);
+        let annotated = job(
+            serde_json::Value::Null,
+            serde_json::json!({"streamjob.io/recovered-savepoint": "/sp/1"}),
+        );
+        assert_ne!(trigger_digest(&annotated), fresh);
+        let mut newer = job(serde_json::Value::Null, serde_json::json!({}));
+        newer.metadata.generation = Some(4);
+        assert_ne!(trigger_digest(&newer), fresh);
+    }
 
     #[test]
     fn pods_are_observed() {

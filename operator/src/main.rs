@@ -37,8 +37,8 @@ struct RunArgs {
     /// Address of /metrics, /healthz and /readyz (`IP:PORT`; an unbracketed IPv6 pod IP works).
     #[arg(long, default_value = "0.0.0.0:9090", value_parser = parse_addr)]
     metrics_addr: SocketAddr,
-    /// StreamJobs reconciled at the same time.
-    #[arg(long, default_value_t = 4)]
+    /// StreamJobs reconciled at the same time (a reconcile mostly waits on the API server).
+    #[arg(long, default_value_t = 16)]
     concurrency: u16,
     /// Namespaces to watch (repeat); none: all namespaces.
     #[arg(long = "namespace")]
