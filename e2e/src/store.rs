@@ -110,30 +110,8 @@ pub struct MultipartUploadInfo {
     pub initiated: String,
 }
 
-use streamjob_filesink::sigv4;
 pub use streamjob_filesink::sigv4::uri_encode;
-
-/// The text of every `<tag>...</tag>` in `xml`, in order (no nesting of the same tag).
-fn xml_elements<'a>(xml: &'a str, tag: &str) -> Vec<&'a str> {
-    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
-    let mut out = Vec::new();
-    let mut rest = xml;
-    while let Some(i) = rest.find(&open) {
-        let after = &rest[i + open.len()..];
-        let Some(j) = after.find(&close) else { break };
-        out.push(&after[..j]);
-        rest = &after[j + close.len()..];
-    }
-    out
-}
-
-fn xml_unescape(s: &str) -> String {
-    s.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&apos;", "'")
-        .replace("&amp;", "&")
-}
+use streamjob_filesink::sigv4::{self, xml_elements, xml_unescape};
 
 impl S3Endpoint {
     /// A SigV4-signed request without body (path-style). `path` is the already URI-encoded

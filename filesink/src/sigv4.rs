@@ -1,6 +1,7 @@
 //! AWS Signature Version 4 for S3 requests without a body: the few calls `object_store` has no
 //! API for (ListMultipartUploads here; bucket creation and upload probes in tests and tools).
-//! One signer, so the canonical request is built in one place.
+//! One signer, so the canonical request is built in one place, and the few helpers that read S3's
+//! XML answers.
 
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
@@ -45,6 +46,29 @@ pub fn uri_encode(s: &str, keep_slash: bool) -> String {
         }
     }
     out
+}
+
+/// The text of every `<tag>...</tag>` in `xml` (flat: no nesting of the same tag).
+pub fn xml_elements<'a>(xml: &'a str, tag: &str) -> Vec<&'a str> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(i) = rest.find(&open) {
+        let after = &rest[i + open.len()..];
+        let Some(j) = after.find(&close) else { break };
+        out.push(&after[..j]);
+        rest = &after[j + close.len()..];
+    }
+    out
+}
+
+/// Undoes XML's five predefined entities.
+pub fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
 }
 
 /// HMAC-SHA256.

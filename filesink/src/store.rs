@@ -702,29 +702,7 @@ impl Store for S3Store {
     }
 }
 
-/// The text of every `<tag>...</tag>` in `xml` (flat: no nesting of the same tag).
-fn xml_elements<'a>(xml: &'a str, tag: &str) -> Vec<&'a str> {
-    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
-    let mut out = Vec::new();
-    let mut rest = xml;
-    while let Some(i) = rest.find(&open) {
-        let after = &rest[i + open.len()..];
-        let Some(j) = after.find(&close) else { break };
-        out.push(&after[..j]);
-        rest = &after[j + close.len()..];
-    }
-    out
-}
-
-fn xml_unescape(s: &str) -> String {
-    s.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&apos;", "'")
-        .replace("&amp;", "&")
-}
-
-use crate::sigv4::uri_encode;
+use crate::sigv4::{uri_encode, xml_elements, xml_unescape};
 
 // ---------------------------------------------------------------------------------------------
 // Connection limits
