@@ -107,6 +107,33 @@ pub fn repo_root() -> PathBuf {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
+/// Run folders kept under `target/e2e-runs` (besides runs whose process is still alive).
+pub const KEPT_RUNS: usize = 3;
+
+/// Deletes run folders (`<timestamp>-<pid>`) under `runs` but the newest `keep`, and never one
+/// whose process is still running (another test binary using the same target directory).
+pub fn prune_runs(runs: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(runs) else {
+        return;
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.split_once('-').is_some_and(|(t, _)| t.len() == 15))
+        .collect();
+    names.sort();
+    let old = names.len().saturating_sub(keep);
+    for name in &names[..old] {
+        let alive = name
+            .rsplit('-')
+            .next()
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive && let Err(e) = std::fs::remove_dir_all(runs.join(name)) {
+            tracing::warn!(run = %name, error = %e, "cannot delete an old e2e run folder");
+        }
+    }
+}
+
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from)
 }
@@ -119,9 +146,10 @@ impl TestEnv {
         let bins = Binaries::locate()?;
         check_executable("process-kubelet", &opts.kubelet_binary)?;
         let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string();
-        let run_dir = target_dir()
-            .join("e2e-runs")
-            .join(format!("{stamp}-{}", std::process::id()));
+        let runs = target_dir().join("e2e-runs");
+        // each run leaves its logs, pods and MinIO data (up to ~1 GB): keep the newest few
+        prune_runs(&runs, KEPT_RUNS);
+        let run_dir = runs.join(format!("{stamp}-{}", std::process::id()));
         std::fs::create_dir_all(&run_dir).ctx(|| format!("create {}", run_dir.display()))?;
         tracing::info!(run_dir = %run_dir.display(), "starting e2e environment");
         let watchdog = Watchdog::start(&run_dir)?;
@@ -446,4 +474,43 @@ where
         |o| condition_status(o, type_).as_deref() == Some(status),
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn old_runs_are_pruned_but_live_and_newest_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = 4_294_967u32; // above any pid_max: no such process
+        let me = std::process::id();
+        let names = [
+            format!("20260101T000000-{dead}"),
+            format!("20260101T000001-{me}"),
+            format!("20260101T000002-{dead}"),
+            format!("20260101T000003-{dead}"),
+            format!("20260101T000004-{dead}"),
+            "notes".to_string(),
+        ];
+        for n in &names {
+            std::fs::create_dir_all(dir.path().join(n).join("pods")).unwrap();
+        }
+        prune_runs(dir.path(), 2);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                format!("20260101T000001-{me}"),
+                format!("20260101T000003-{dead}"),
+                format!("20260101T000004-{dead}"),
+                "notes".to_string(),
+            ]
+        );
+    }
 }
