@@ -1,6 +1,7 @@
 //! Test fixtures: one environment (control plane, process kubelet, MinIO) per test binary,
 //! namespaces, kubectl and helm with the built binaries, waits and bucket helpers.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -110,26 +111,45 @@ pub fn repo_root() -> PathBuf {
 /// Run folders kept under `target/e2e-runs` (besides runs whose process is still alive).
 pub const KEPT_RUNS: usize = 3;
 
-/// Deletes run folders (`<timestamp>-<pid>`) under `runs` but the newest `keep`, and never one
-/// whose process is still running (another test binary using the same target directory).
+/// Deletes run folders (`[prefix]<timestamp>-<pid>`, such as `20260101T000000-42` or
+/// `sink-crash-20260101T000000-42`) under `runs` but the newest `keep` of each prefix, and never
+/// one whose process is still running (another test binary using the same target directory).
 pub fn prune_runs(runs: &Path, keep: usize) {
     let Ok(entries) = std::fs::read_dir(runs) else {
         return;
     };
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.split_once('-').is_some_and(|(t, _)| t.len() == 15))
-        .collect();
-    names.sort();
-    let old = names.len().saturating_sub(keep);
-    for name in &names[..old] {
-        let alive = name
-            .rsplit('-')
-            .next()
-            .and_then(|pid| pid.parse::<u32>().ok())
-            .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
-        if !alive && let Err(e) = std::fs::remove_dir_all(runs.join(name)) {
-            tracing::warn!(run = %name, error = %e, "cannot delete an old e2e run folder");
+    // prefix → (timestamp, folder name, pid)
+    let mut by_prefix: BTreeMap<String, Vec<(String, String, u32)>> = BTreeMap::new();
+    for name in entries.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
+        let Some((head, pid)) = name.rsplit_once('-') else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        let Some(split) = head.len().checked_sub(15) else {
+            continue;
+        };
+        let (prefix, stamp) = head.split_at(split);
+        if chrono::NaiveDateTime::parse_from_str(stamp, "%Y%m%dT%H%M%S").is_err() {
+            continue;
+        }
+        by_prefix.entry(prefix.to_string()).or_default().push((
+            stamp.to_string(),
+            name.clone(),
+            pid,
+        ));
+    }
+    for mut folders in by_prefix.into_values() {
+        folders.sort();
+        let old = folders.len().saturating_sub(keep);
+        for (_, name, pid) in &folders[..old] {
+            if Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            if let Err(e) = std::fs::remove_dir_all(runs.join(name)) {
+                tracing::warn!(run = %name, error = %e, "cannot delete an old e2e run folder");
+            }
         }
     }
 }
@@ -492,6 +512,9 @@ mod tests {
             format!("20260101T000002-{dead}"),
             format!("20260101T000003-{dead}"),
             format!("20260101T000004-{dead}"),
+            format!("sink-crash-20260101T000000-{dead}"),
+            format!("sink-crash-20260101T000005-{dead}"),
+            format!("sink-crash-20260101T000006-{dead}"),
             "notes".to_string(),
         ];
         for n in &names {
@@ -510,6 +533,8 @@ mod tests {
                 format!("20260101T000003-{dead}"),
                 format!("20260101T000004-{dead}"),
                 "notes".to_string(),
+                format!("sink-crash-20260101T000005-{dead}"),
+                format!("sink-crash-20260101T000006-{dead}"),
             ]
         );
     }

@@ -809,9 +809,9 @@ fn run_dir() -> PathBuf {
         PathBuf::from,
     );
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string();
-    target
-        .join("e2e-runs")
-        .join(format!("sink-crash-{stamp}-{}", std::process::id()))
+    let runs = target.join("e2e-runs");
+    streamjob_e2e::fixtures::prune_runs(&runs, streamjob_e2e::fixtures::KEPT_RUNS);
+    runs.join(format!("sink-crash-{stamp}-{}", std::process::id()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
