@@ -820,6 +820,9 @@ async fn sync_workers<C: ControlApi>(
         ..Default::default()
     };
     let current = deployment_hash(&job.spec).map_err(|e| Error::Serialize(e.to_string()))?;
+    // specs of older deployments, read once per hash (a coordinator needs N workers)
+    let mut specs: HashMap<String, streamjob_crds::v1alpha1::StreamJobSpec> = HashMap::new();
+    specs.insert(current, job.spec.clone());
     for action in actions {
         match action {
             workers::WorkerAction::Create { coordinator, index } => {
@@ -827,12 +830,14 @@ async fn sync_workers<C: ControlApi>(
                     continue;
                 };
                 // the coordinator's own spec: an older one during a shadow upgrade
-                let spec = if c.hash == current {
-                    job.spec.clone()
-                } else {
-                    spec_of_hash(ctx, owner, &c.hash).await?
-                };
-                let Some(pod) = workers::worker_pod(owner, c, index, &spec) else {
+                if !specs.contains_key(&c.hash) {
+                    let spec = spec_of_hash(ctx, owner, &c.hash).await?;
+                    specs.insert(c.hash.clone(), spec);
+                }
+                let Some(pod) = specs
+                    .get(&c.hash)
+                    .and_then(|spec| workers::worker_pod(owner, c, index, spec))
+                else {
                     continue;
                 };
                 tracing::info!(worker = %workers::worker_name(&coordinator, index), %coordinator, "creating worker pod");

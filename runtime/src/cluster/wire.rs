@@ -41,13 +41,9 @@ pub struct Frame {
 
 /// Writes one frame (not flushed).
 pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, tag: u8, payload: &[u8]) -> Result<()> {
-    let len = u32::try_from(payload.len() + 1)
-        .ok()
-        .filter(|l| *l <= MAX_FRAME)
-        .ok_or_else(|| Error::Cluster(format!("frame of {} bytes is too large", payload.len())))?;
-    w.write_all(&len.to_be_bytes()).await?;
-    w.write_all(&[tag]).await?;
-    w.write_all(payload).await?;
+    let mut frame = Vec::with_capacity(payload.len() + 5);
+    push_frame(&mut frame, tag, payload)?;
+    w.write_all(&frame).await?;
     Ok(())
 }
 
@@ -195,6 +191,45 @@ pub struct StepCounters {
     pub bad_records_dead_letter: u64,
     pub bad_records_failed: u64,
     pub late_records_dropped: u64,
+}
+
+impl StepCounters {
+    /// The counters in `m` now.
+    pub fn read(m: &crate::metrics::OperatorMetrics) -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        Self {
+            records_in: m.records_in.load(Relaxed),
+            records_out: m.records_out.load(Relaxed),
+            bad_records_skipped: m.bad_records_skipped.load(Relaxed),
+            bad_records_dead_letter: m.bad_records_dead_letter.load(Relaxed),
+            bad_records_failed: m.bad_records_failed.load(Relaxed),
+            late_records_dropped: m.late_records_dropped.load(Relaxed),
+        }
+    }
+
+    /// Adds `other` to these counters.
+    pub fn add(&mut self, other: &Self) {
+        self.records_in += other.records_in;
+        self.records_out += other.records_out;
+        self.bad_records_skipped += other.bad_records_skipped;
+        self.bad_records_dead_letter += other.bad_records_dead_letter;
+        self.bad_records_failed += other.bad_records_failed;
+        self.late_records_dropped += other.late_records_dropped;
+    }
+
+    /// Sets `m` to these counters.
+    pub fn write(&self, m: &crate::metrics::OperatorMetrics) {
+        use std::sync::atomic::Ordering::Relaxed;
+        m.records_in.store(self.records_in, Relaxed);
+        m.records_out.store(self.records_out, Relaxed);
+        m.bad_records_skipped
+            .store(self.bad_records_skipped, Relaxed);
+        m.bad_records_dead_letter
+            .store(self.bad_records_dead_letter, Relaxed);
+        m.bad_records_failed.store(self.bad_records_failed, Relaxed);
+        m.late_records_dropped
+            .store(self.late_records_dropped, Relaxed);
+    }
 }
 
 /// Coordinator → worker.

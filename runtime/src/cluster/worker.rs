@@ -3,7 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
@@ -346,17 +345,7 @@ async fn deploy(
 }
 
 fn counters(metrics: &[Arc<OperatorMetrics>]) -> Vec<StepCounters> {
-    metrics
-        .iter()
-        .map(|m| StepCounters {
-            records_in: m.records_in.load(Ordering::Relaxed),
-            records_out: m.records_out.load(Ordering::Relaxed),
-            bad_records_skipped: m.bad_records_skipped.load(Ordering::Relaxed),
-            bad_records_dead_letter: m.bad_records_dead_letter.load(Ordering::Relaxed),
-            bad_records_failed: m.bad_records_failed.load(Ordering::Relaxed),
-            late_records_dropped: m.late_records_dropped.load(Ordering::Relaxed),
-        })
-        .collect()
+    metrics.iter().map(|m| StepCounters::read(m)).collect()
 }
 
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);

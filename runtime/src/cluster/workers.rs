@@ -437,23 +437,9 @@ fn sum_counters(state: &State) {
         let mut total = StepCounters::default();
         for r in state.slots.iter().flatten() {
             if let Some(c) = r.counters.get(k) {
-                total.records_in += c.records_in;
-                total.records_out += c.records_out;
-                total.bad_records_skipped += c.bad_records_skipped;
-                total.bad_records_dead_letter += c.bad_records_dead_letter;
-                total.bad_records_failed += c.bad_records_failed;
-                total.late_records_dropped += c.late_records_dropped;
+                total.add(c);
             }
         }
-        m.records_in.store(total.records_in, Ordering::Relaxed);
-        m.records_out.store(total.records_out, Ordering::Relaxed);
-        m.bad_records_skipped
-            .store(total.bad_records_skipped, Ordering::Relaxed);
-        m.bad_records_dead_letter
-            .store(total.bad_records_dead_letter, Ordering::Relaxed);
-        m.bad_records_failed
-            .store(total.bad_records_failed, Ordering::Relaxed);
-        m.late_records_dropped
-            .store(total.late_records_dropped, Ordering::Relaxed);
+        total.write(m);
     }
 }
