@@ -3,6 +3,7 @@
 
 pub mod crd;
 pub mod hash;
+pub mod secrets;
 pub mod units;
 pub mod v1alpha1;
 pub mod validation;

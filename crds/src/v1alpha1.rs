@@ -665,24 +665,216 @@ pub enum FieldType {
     Timestamp,
 }
 
-/// A Kafka topic.
+/// Kafka topics, read exactly once: the next offset of every partition is kept in checkpoint
+/// state, so a restore re-reads exactly what the committed output does not cover.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.topic), has(self.topics), has(self.topicPattern)].filter(x, x).size() == 1",
+        "message": "kafka: set exactly one of topic, topics or topicPattern"
+    },
+    {
+        "rule": "!has(self.startingOffsets) || self.startingOffsets != 'timestamp' || has(self.startingTimestamp)",
+        "message": "kafka.startingTimestamp: required when startingOffsets is timestamp"
+    }
+]))]
 pub struct KafkaSource {
-    /// Comma-separated bootstrap servers.
+    /// Comma-separated bootstrap servers, `host:port`.
     #[schemars(length(min = 1))]
     pub bootstrap_servers: String,
-    /// Topic to read.
-    #[schemars(length(min = 1))]
-    pub topic: String,
-    /// Where to start without restored offsets: earliest or latest.
+
+    /// One topic to read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub starting_offsets: Option<String>,
-    /// Format of the record values.
+    pub topic: Option<String>,
+
+    /// Several topics to read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topics: Option<Vec<String>>,
+
+    /// A regular expression over topic names; matching topics created later are discovered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_pattern: Option<String>,
+
+    /// Where a partition starts when no restored state holds its offset: earliest (default),
+    /// latest, committed (the group's committed offsets, earliest where none) or timestamp.
+    /// Partitions discovered after the job has state always start at their earliest offset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting_offsets: Option<KafkaStartingOffsets>,
+
+    /// With `startingOffsets: timestamp`: the first record at or after this time (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting_timestamp: Option<String>,
+
+    /// Bounded reads: `latest` ends the job once every partition is read up to the offset that
+    /// was latest when the partition was first assigned (kept in state, so a restore ends at the
+    /// same place). Unset: unbounded, the job runs until stopped. Bounded reads do not discover
+    /// new partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopping_offsets: Option<KafkaStoppingOffsets>,
+
+    /// Consumer group id, used for `committed` start offsets and for committing offsets back.
+    /// Default `streamjob-<namespace>-<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<String>,
+
+    /// Commit the checkpointed offsets back to the group when a checkpoint completes, so lag
+    /// tools see the job's progress. Monitoring only: state stays the source of truth.
+    #[serde(default = "default_true")]
+    pub commit_offsets_on_checkpoint: bool,
+
+    /// readCommitted (default) hides records of aborted transactions; readUncommitted reads all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation_level: Option<KafkaIsolationLevel>,
+
+    /// How often to look for new partitions (and topics matching topicPattern). Default 30s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    pub partition_discovery_interval: Option<String>,
+
+    /// Format of the record values (jsonLines: one JSON object per record; csv: one CSV row).
     pub format: SourceFormat,
-    /// Columns of JSON and CSV values.
+
+    /// Columns of the record values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<Vec<FieldSpec>>,
+
+    /// Kafka metadata added as columns after the value's: key (string), topic (string),
+    /// partition (int64), offset (int64), timestamp (timestamp), headers (JSON object string).
+    /// Named `kafka_<name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metadata_columns: Vec<KafkaMetadataColumn>,
+
+    /// Column of the value holding the event time. Unset: the record's Kafka timestamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_time_field: Option<String>,
+
+    /// TLS and SASL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security: Option<KafkaSecurity>,
+
+    /// More librdkafka consumer properties (for example `fetch.max.bytes`). Properties the runtime
+    /// owns (bootstrap.servers, group.id, offsets, isolation, security, credentials) are refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// Start position of a partition without restored state.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum KafkaStartingOffsets {
+    #[default]
+    Earliest,
+    Latest,
+    Committed,
+    Timestamp,
+}
+
+/// Where a bounded Kafka read ends.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum KafkaStoppingOffsets {
+    Latest,
+}
+
+/// Which records of transactional producers a consumer sees.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum KafkaIsolationLevel {
+    #[default]
+    ReadCommitted,
+    ReadUncommitted,
+}
+
+/// Kafka metadata a source can add as columns.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum KafkaMetadataColumn {
+    Key,
+    Topic,
+    Partition,
+    Offset,
+    Timestamp,
+    Headers,
+}
+
+/// How the source talks to the brokers. Credentials come from Secrets in the job's namespace;
+/// the operator passes them to runtime pods as environment variables (never as arguments).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaSecurity {
+    /// Kafka's security.protocol.
+    #[serde(default)]
+    pub protocol: KafkaSecurityProtocol,
+
+    /// SASL credentials (protocols SASL_PLAINTEXT and SASL_SSL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<KafkaSasl>,
+
+    /// TLS trust and client certificate (protocols SSL and SASL_SSL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<KafkaTls>,
+}
+
+/// Kafka's security protocols.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum KafkaSecurityProtocol {
+    #[default]
+    #[serde(rename = "PLAINTEXT")]
+    Plaintext,
+    #[serde(rename = "SSL")]
+    Ssl,
+    #[serde(rename = "SASL_PLAINTEXT")]
+    SaslPlaintext,
+    #[serde(rename = "SASL_SSL")]
+    SaslSsl,
+}
+
+/// SASL mechanisms.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum KafkaSaslMechanism {
+    #[serde(rename = "PLAIN")]
+    Plain,
+    #[serde(rename = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[serde(rename = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+/// SASL user and password from a Secret.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaSasl {
+    pub mechanism: KafkaSaslMechanism,
+    /// Secret holding the user name and password.
+    #[schemars(length(min = 1))]
+    pub secret_name: String,
+    /// Key of the user name in the Secret. Default `username`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username_key: Option<String>,
+    /// Key of the password in the Secret. Default `password`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_key: Option<String>,
+}
+
+/// PEM certificates from a Secret.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaTls {
+    /// Secret holding the PEM files.
+    #[schemars(length(min = 1))]
+    pub secret_name: String,
+    /// Key of the CA certificate(s) that sign the brokers' certificates. Default `ca.crt`;
+    /// unset in the Secret: the system trust store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_key: Option<String>,
+    /// Keys of a client certificate and its private key, for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_key: Option<String>,
 }
 
 /// Watermark generation at the source.

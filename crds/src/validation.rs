@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 
 use crate::units::{parse_duration, parse_size};
 use crate::v1alpha1::{
-    AggregateSpec, FileSinkSpec, PipelineStep, SourceSpec, StreamJob, StreamJobSpec, WindowSpec,
+    AggregateSpec, FileSinkSpec, KafkaSecurityProtocol, KafkaSource, KafkaStartingOffsets,
+    PipelineStep, RowCompression, SourceSpec, StreamJob, StreamJobSpec, WindowSpec,
 };
 use crate::{Error, Result};
 
@@ -392,6 +393,9 @@ fn validate_source(uid: &str, source: &SourceSpec, problems: &mut Vec<String>) {
         ));
         }
     }
+    if let Some(kafka) = &source.kafka {
+        validate_kafka(uid, kafka, problems);
+    }
     if let Some(watermark) = &source.watermark {
         if let Some(value) = &watermark.max_out_of_orderness {
             collect(
@@ -410,6 +414,137 @@ fn validate_source(uid: &str, source: &SourceSpec, problems: &mut Vec<String>) {
                     value,
                 ),
             );
+        }
+    }
+}
+
+/// librdkafka properties the runtime sets itself: a user value would break exactly-once or leak
+/// credentials into the manifest.
+pub const KAFKA_OWNED_PROPERTIES: [&str; 17] = [
+    "bootstrap.servers",
+    "group.id",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "auto.offset.reset",
+    "isolation.level",
+    "enable.partition.eof",
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.pem",
+    "ssl.certificate.pem",
+    "ssl.key.pem",
+    "ssl.key.password",
+    "sasl.jaas.config",
+];
+
+fn validate_kafka(uid: &str, kafka: &KafkaSource, problems: &mut Vec<String>) {
+    let at = format!("spec.pipeline[{uid}].source.kafka");
+    let topics = count_set(&[
+        kafka.topic.is_some(),
+        kafka.topics.is_some(),
+        kafka.topic_pattern.is_some(),
+    ]);
+    if topics != 1 {
+        problems.push(format!(
+            "{at}: set exactly one of topic, topics or topicPattern"
+        ));
+    }
+    let empty_name = kafka.topic.as_deref().is_some_and(str::is_empty)
+        || kafka.topic_pattern.as_deref().is_some_and(str::is_empty)
+        || kafka
+            .topics
+            .as_ref()
+            .is_some_and(|t| t.is_empty() || t.iter().any(String::is_empty));
+    if empty_name {
+        problems.push(format!(
+            "{at}: topic names and patterns must not be empty (topics needs at least one)"
+        ));
+    }
+    if kafka.bootstrap_servers.split(',').any(|s| {
+        s.trim()
+            .rsplit_once(':')
+            .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+    }) {
+        problems.push(format!(
+            "{at}.bootstrapServers: {:?} is not a comma-separated list of host:port",
+            kafka.bootstrap_servers
+        ));
+    }
+    if kafka.starting_offsets == Some(KafkaStartingOffsets::Timestamp)
+        && kafka.starting_timestamp.is_none()
+    {
+        problems.push(format!(
+            "{at}.startingTimestamp: required when startingOffsets is timestamp (RFC 3339, for example 2026-01-01T00:00:00Z)"
+        ));
+    }
+    if let Some(interval) = &kafka.partition_discovery_interval {
+        collect(
+            problems,
+            duration(&format!("{at}.partitionDiscoveryInterval"), interval),
+        );
+    }
+    let format = &kafka.format;
+    if format.parquet.is_some() {
+        problems.push(format!(
+            "{at}.format: Kafka record values are jsonLines (one JSON object) or csv (one row), not parquet"
+        ));
+    }
+    let compressed = format
+        .json_lines
+        .as_ref()
+        .map(|f| f.compression)
+        .or(format.csv.as_ref().map(|f| f.compression))
+        .is_some_and(|c| c != RowCompression::None);
+    if compressed {
+        problems.push(format!(
+            "{at}.format: compression of single record values is not supported (use the producer's compression.type)"
+        ));
+    }
+    match &kafka.schema {
+        None => problems.push(format!(
+            "{at}.schema: list the columns of the record values with name and type"
+        )),
+        Some(fields) if fields.is_empty() => problems.push(format!(
+            "{at}.schema: list the columns of the record values with name and type"
+        )),
+        Some(fields) => {
+            if let Some(f) = &kafka.event_time_field
+                && !fields.iter().any(|c| &c.name == f)
+            {
+                problems.push(format!(
+                    "{at}.eventTimeField: {f:?} is not a column of kafka.schema"
+                ));
+            }
+        }
+    }
+    for key in kafka.properties.keys() {
+        if KAFKA_OWNED_PROPERTIES.contains(&key.as_str()) {
+            problems.push(format!(
+                "{at}.properties.{key}: set by the runtime from the manifest's own fields (bootstrapServers, groupId, startingOffsets, isolationLevel, security); remove it"
+            ));
+        }
+    }
+    if let Some(security) = &kafka.security {
+        let sasl = matches!(
+            security.protocol,
+            KafkaSecurityProtocol::SaslPlaintext | KafkaSecurityProtocol::SaslSsl
+        );
+        let tls = matches!(
+            security.protocol,
+            KafkaSecurityProtocol::Ssl | KafkaSecurityProtocol::SaslSsl
+        );
+        if sasl != security.sasl.is_some() {
+            problems.push(format!(
+                "{at}.security.sasl: set it exactly when protocol is SASL_PLAINTEXT or SASL_SSL"
+            ));
+        }
+        if security.tls.is_some() && !tls {
+            problems.push(format!(
+                "{at}.security.tls: only used with protocol SSL or SASL_SSL"
+            ));
         }
     }
 }

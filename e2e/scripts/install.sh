@@ -23,9 +23,11 @@ KUBERNETES_VERSION="v1.36.3"      # k8s.io/kubernetes; staging modules at v0.36.
 KUBERNETES_RECIPE="r2"
 ETCD_VERSION="v3.6.16"            # go.etcd.io/etcd/server/v3
 HELM_VERSION="v3.22.0"            # helm.sh/helm/v3/cmd/helm
+KAFKA_VERSION="4.4.0"             # org.apache.kafka:kafka_2.13 from Maven Central (tools/kafka/pom.xml pins the same)
 MINIO_VERSION="v0.0.0-20260212201848-7aac2a2c5b7c"   # github.com/minio/minio: the proxy serves no RELEASE.* tag here, only pseudo-versions; this is @latest (2026-02-12, master after the last release)
 # ------------------------------------------------------------------------------------------------
 
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CACHE="${STREAMJOB_CACHE:-$HOME/.cache/streamjob}"
 mkdir -p "$CACHE/bin" "$CACHE/go/build" "$CACHE/go/mod" "$CACHE/logs" "$CACHE/work"
 export GOCACHE="$CACHE/go/build"
@@ -157,6 +159,27 @@ build_one kubectl "$KUBERNETES_VERSION-$KUBERNETES_RECIPE" kubectl build_kubectl
 build_one helm "$HELM_VERSION" helm build_helm
 build_one minio "$MINIO_VERSION" minio build_minio
 
+# ---- Kafka: the broker's jars from Maven Central (run by e2e/src/kafka.rs, KRaft, loopback only)
+KAFKA_LIB="$CACHE/bin/kafka-$KAFKA_VERSION/lib"
+if [ -f "$KAFKA_LIB/.complete" ]; then
+  log "kafka $KAFKA_VERSION: cached ($KAFKA_LIB)"
+else
+  if ! grep -q "<kafka.version>$KAFKA_VERSION</kafka.version>" "$ROOT/tools/kafka/pom.xml"; then
+    log "kafka: tools/kafka/pom.xml does not pin $KAFKA_VERSION"; FAILED+=("kafka")
+  else
+    log "kafka $KAFKA_VERSION: fetching jars (log: $CACHE/logs/kafka-$KAFKA_VERSION.log)"
+    rm -rf "$KAFKA_LIB"
+    if mvn -B -q -f "$ROOT/tools/kafka/pom.xml" dependency:copy-dependencies -DoutputDirectory="$KAFKA_LIB" \
+        >"$CACHE/logs/kafka-$KAFKA_VERSION.log" 2>&1 && ls "$KAFKA_LIB"/kafka_2.13-*.jar >/dev/null 2>&1; then
+      touch "$KAFKA_LIB/.complete"
+      log "kafka $KAFKA_VERSION: $(ls "$KAFKA_LIB" | wc -l) jars in $KAFKA_LIB"
+    else
+      tail -n 30 "$CACHE/logs/kafka-$KAFKA_VERSION.log" >&2 || true
+      FAILED+=("kafka")
+    fi
+  fi
+fi
+
 ENV_FILE="$CACHE/e2e-env.sh"
 {
   echo "# written by e2e/scripts/install.sh at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -167,6 +190,7 @@ ENV_FILE="$CACHE/e2e-env.sh"
   echo "export STREAMJOB_E2E_KUBECTL='$CACHE/bin/kubectl-$KUBERNETES_VERSION-$KUBERNETES_RECIPE/kubectl'"
   echo "export STREAMJOB_E2E_HELM='$CACHE/bin/helm-$HELM_VERSION/helm'"
   echo "export STREAMJOB_E2E_MINIO='$CACHE/bin/minio-$MINIO_VERSION/minio'"
+  echo "export STREAMJOB_E2E_KAFKA_LIB='$KAFKA_LIB'"
 } >"$ENV_FILE"
 
 log "done in $(( $(date +%s) - START_ALL ))s; env file: $ENV_FILE"

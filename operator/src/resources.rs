@@ -125,13 +125,17 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 }
 
 pub(crate) fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
+    optional_secret_env(name, secret, key, false)
+}
+
+fn optional_secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
     EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {
             secret_key_ref: Some(SecretKeySelector {
                 name: secret.into(),
                 key: key.into(),
-                optional: None,
+                optional: optional.then_some(true),
             }),
             ..Default::default()
         }),
@@ -180,6 +184,14 @@ pub(crate) fn common_env(owner: &Owner, hash: &str, spec: &StreamJobSpec) -> Vec
                 .as_deref()
                 .unwrap_or("AWS_SECRET_ACCESS_KEY"),
         ));
+    }
+    // Kafka credentials: one variable per Secret key, named after the step (crds::secrets).
+    for step in &spec.pipeline {
+        if let Some(kafka) = step.source.as_ref().and_then(|s| s.kafka.as_ref()) {
+            for e in streamjob_crds::secrets::kafka_secret_envs(&step.uid, kafka) {
+                env.push(optional_secret_env(&e.env, &e.secret, &e.key, e.optional));
+            }
+        }
     }
     env
 }
@@ -454,6 +466,72 @@ spec:
             .iter()
             .map(|e| e.name.clone())
             .collect()
+    }
+
+    #[test]
+    fn kafka_credentials_reach_the_pod_as_secret_refs_only() {
+        let spec = StreamJob::from_yaml(
+            r#"
+apiVersion: streamjob.io/v1alpha1
+kind: StreamJob
+metadata: {name: clicks}
+spec:
+  image: runtime:1
+  checkpoints: {dir: s3://b/ck}
+  pipeline:
+    - uid: in
+      source:
+        kafka:
+          bootstrapServers: "b:9093"
+          topic: t
+          format: {jsonLines: {}}
+          schema: [{name: x, type: int64}]
+          security:
+            protocol: SASL_SSL
+            sasl: {mechanism: SCRAM-SHA-512, secretName: kafka-user}
+            tls: {secretName: kafka-ca}
+    - uid: out
+      print: {}
+"#,
+        )
+        .unwrap()
+        .spec;
+        let env = common_env(&owner(), "h", &spec);
+        let find = |name: &str| env.iter().find(|e| e.name == name).unwrap();
+        for (name, secret, key, optional) in [
+            (
+                "STREAMJOB_KAFKA_IN_SASL_USERNAME",
+                "kafka-user",
+                "username",
+                None,
+            ),
+            (
+                "STREAMJOB_KAFKA_IN_SASL_PASSWORD",
+                "kafka-user",
+                "password",
+                None,
+            ),
+            (
+                "STREAMJOB_KAFKA_IN_TLS_CA",
+                "kafka-ca",
+                "ca.crt",
+                Some(true),
+            ),
+        ] {
+            let e = find(name);
+            assert!(e.value.is_none(), "{name} has no literal value");
+            let r = e
+                .value_from
+                .as_ref()
+                .unwrap()
+                .secret_key_ref
+                .as_ref()
+                .unwrap();
+            assert_eq!(
+                (r.name.as_str(), r.key.as_str(), r.optional),
+                (secret, key, optional)
+            );
+        }
     }
 
     #[test]

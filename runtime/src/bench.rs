@@ -25,7 +25,8 @@ use crate::operator::{Collector, DataBatch, Operator, OperatorContext, RestoredS
 use crate::operators::nexmark::{NexmarkBatchBuilder, nexmark_config};
 use crate::registry::{OperatorPlan, Registry};
 
-struct Discard;
+/// A sink that drops everything, registered in place of `fileSink` by the benchmarks.
+pub(crate) struct Discard;
 
 impl Operator for Discard {
     async fn initialize_state(&mut self, _: &OperatorContext, _: RestoredState) -> Result<()> {
@@ -39,6 +40,19 @@ impl Operator for Discard {
     ) -> Result<()> {
         Ok(())
     }
+}
+
+/// The built-in operators with `fileSink` replaced by [`Discard`].
+pub(crate) fn discarding_registry() -> Registry {
+    let mut registry = Registry::with_builtins();
+    registry.register_file_sink(|cx| {
+        Ok(OperatorPlan::stateless(
+            "discard",
+            cx.input_schema.clone(),
+            |_| Ok(Discard),
+        ))
+    });
+    registry
 }
 
 fn query(name: &str) -> Option<&'static str> {
@@ -104,15 +118,7 @@ async fn measure(
     ));
     let text = manifest(q, parallelism, interval, &dir.display().to_string());
     let job = StreamJob::from_yaml(&text)?;
-    let mut registry = Registry::with_builtins();
-    registry.register_file_sink(|cx| {
-        Ok(OperatorPlan::stateless(
-            "discard",
-            cx.input_schema.clone(),
-            |_| Ok(Discard),
-        ))
-    });
-    let graph = build_graph(&job, &registry).await?;
+    let graph = build_graph(&job, &discarding_registry()).await?;
     let mut worker_tasks = Vec::new();
     let cluster = if workers > 0 {
         let digest = crate::cluster::wire::spec_digest(&graph.spec)?;

@@ -154,6 +154,27 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         workers: usize,
     },
+    /// Kafka source throughput next to a plain rdkafka consumer on the same topic.
+    BenchKafka {
+        /// Bootstrap servers of the broker holding the topic.
+        #[arg(long)]
+        bootstrap: String,
+        /// Topic to read (whole, from the beginning).
+        #[arg(long)]
+        topic: String,
+        /// Schema of the JSON values, as the manifest's `schema` list.
+        #[arg(
+            long,
+            default_value = "[{name: user, type: string}, {name: amount, type: int64}, {name: ts, type: timestamp}]"
+        )]
+        schema: String,
+        /// Parallelism of the job.
+        #[arg(long, default_value_t = 1)]
+        parallelism: u32,
+        /// Checkpoint interval of the run with checkpoints on.
+        #[arg(long, default_value = "1s")]
+        checkpoint_interval: String,
+    },
 }
 
 /// Reads a manifest from a path or `env:VAR`.
@@ -225,6 +246,21 @@ async fn dispatch(cli: Cli, registry: Registry) -> ExitCode {
             &checkpoint_interval,
             queries.as_deref(),
             workers,
+        )
+        .await
+        .map(|()| ExitCode::SUCCESS),
+        Command::BenchKafka {
+            bootstrap,
+            topic,
+            schema,
+            parallelism,
+            checkpoint_interval,
+        } => crate::bench_kafka::run(
+            &bootstrap,
+            &topic,
+            &schema,
+            parallelism,
+            &checkpoint_interval,
         )
         .await
         .map(|()| ExitCode::SUCCESS),

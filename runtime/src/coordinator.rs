@@ -87,6 +87,19 @@ pub struct JobStatus {
     pub records_in_per_second: f64,
     pub restarts: u64,
     pub failure: Option<String>,
+    /// Sources that cannot make progress right now, and why (brokers down, topic missing).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<SourceProblem>,
+    /// Kafka sources: records between their positions and the ends of their partitions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumer_lag: Option<i64>,
+}
+
+/// A source that cannot make progress.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SourceProblem {
+    pub uid: String,
+    pub message: String,
 }
 
 impl Default for JobStatus {
@@ -101,6 +114,8 @@ impl Default for JobStatus {
             records_in_per_second: 0.0,
             restarts: 0,
             failure: None,
+            problems: Vec::new(),
+            consumer_lag: None,
         }
     }
 }
@@ -220,6 +235,25 @@ impl Shared {
         s.records_in = i;
         s.records_out = o;
         s.restarts = self.metrics.restarts.load(Ordering::Relaxed);
+        let ops = self
+            .metrics
+            .operators
+            .lock()
+            .map(|o| o.clone())
+            .unwrap_or_default();
+        for o in &ops {
+            if let Some(message) = o.problem.lock().ok().and_then(|p| p.clone()) {
+                s.problems.push(SourceProblem {
+                    uid: o.uid.clone(),
+                    message,
+                });
+            }
+            if let Ok(lag) = o.lag.lock()
+                && !lag.is_empty()
+            {
+                *s.consumer_lag.get_or_insert(0) += lag.values().sum::<i64>();
+            }
+        }
         s
     }
 

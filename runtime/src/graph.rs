@@ -17,6 +17,7 @@ use crate::operators::files::{FilesSource, FilesSourcePlan};
 use crate::operators::generator::{
     DEFAULT_START_MS, GeneratorConfig, GeneratorSource, generator_schema, generator_state,
 };
+use crate::operators::kafka::{KafkaSource, KafkaSourcePlan};
 use crate::operators::nexmark::{NexmarkSettings, NexmarkSource, nexmark_schema, nexmark_state};
 use crate::operators::print::PrintSink;
 use crate::operators::window::{WindowKind, WindowOperator, WindowPlan};
@@ -198,10 +199,20 @@ pub async fn build_graph(job: &StreamJob, registry: &Registry) -> Result<JobGrap
                         Ok(Box::new(FilesSource::new(plan.clone())) as Box<dyn DynSource>)
                     });
                     ("source".into(), schema, state, Node::Source(build), None)
-                } else if src.kafka.is_some() {
-                    return Err(Error::Unsupported(format!(
-                        "step {uid:?}: the kafka source is not supported by this runtime yet; use generator, nexmark or files"
-                    )));
+                } else if let Some(k) = &src.kafka {
+                    let idle = src
+                        .watermark
+                        .as_ref()
+                        .and_then(|w| w.idle_timeout.as_ref())
+                        .map(|v| millis("watermark.idleTimeout", v))
+                        .transpose()?;
+                    let plan = KafkaSourcePlan::new(uid, &name, k, ooo, idle)?;
+                    let schema = plan.schema();
+                    let state = plan.state();
+                    let build: BuildSource = Arc::new(move |_ctx| {
+                        Ok(Box::new(KafkaSource::new(plan.clone())) as Box<dyn DynSource>)
+                    });
+                    ("source".into(), schema, state, Node::Source(build), None)
                 } else {
                     return Err(Error::plan(
                         uid,

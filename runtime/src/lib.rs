@@ -9,6 +9,7 @@
 //! * [`control`] — the HTTP control API; [`cli`] — the command line.
 
 pub mod bench;
+pub mod bench_kafka;
 pub mod cli;
 pub mod cluster;
 pub mod control;

@@ -14,6 +14,11 @@ pub struct OperatorMetrics {
     pub bad_records_dead_letter: AtomicU64,
     pub bad_records_failed: AtomicU64,
     pub late_records_dropped: AtomicU64,
+    /// Sources: why the source cannot make progress right now (brokers unreachable, topic
+    /// missing), shown in status and metrics; `None` when it reads normally.
+    pub problem: Mutex<Option<String>>,
+    /// Kafka sources: records behind the end of each partition (`topic/partition` → lag).
+    pub lag: Mutex<std::collections::BTreeMap<String, i64>>,
 }
 
 impl OperatorMetrics {
@@ -139,6 +144,36 @@ impl JobMetrics {
                 o.uid,
                 o.late_records_dropped.load(Ordering::Relaxed)
             );
+        }
+        let _ = writeln!(
+            s,
+            "# HELP streamjob_kafka_consumer_lag Records between a Kafka source's position and the end of a partition.\n# TYPE streamjob_kafka_consumer_lag gauge"
+        );
+        for o in &ops {
+            let lag = o.lag.lock().map(|l| l.clone()).unwrap_or_default();
+            for (tp, v) in lag {
+                let (topic, partition) = tp.rsplit_once('/').unwrap_or((tp.as_str(), ""));
+                let _ = writeln!(
+                    s,
+                    "streamjob_kafka_consumer_lag{{job=\"{job}\",uid=\"{}\",topic=\"{topic}\",partition=\"{partition}\"}} {v}",
+                    o.uid
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "# HELP streamjob_source_problem 1 while a source cannot make progress (see the status' problems).\n# TYPE streamjob_source_problem gauge"
+        );
+        for o in &ops {
+            let problem = o.problem.lock().map(|p| p.is_some()).unwrap_or(false);
+            if problem || o.lag.lock().map(|l| !l.is_empty()).unwrap_or(false) {
+                let _ = writeln!(
+                    s,
+                    "streamjob_source_problem{{job=\"{job}\",uid=\"{}\"}} {}",
+                    o.uid,
+                    u8::from(problem)
+                );
+            }
         }
         counter(
             &mut s,

@@ -122,6 +122,22 @@ pub struct BadRecord {
     pub reason: String,
 }
 
+/// The longest excerpt of a bad record quoted in error messages, logs, status and events.
+pub const EXCERPT_BYTES: usize = 256;
+
+/// A short, printable excerpt of a record: its first [`EXCERPT_BYTES`] bytes, and its size when
+/// it is longer, so one bad record never floods a log line or a status.
+pub fn excerpt(record: &str) -> String {
+    if record.len() <= EXCERPT_BYTES {
+        return record.to_string();
+    }
+    let mut cut = EXCERPT_BYTES;
+    while !record.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} bytes in all)", &record[..cut], record.len())
+}
+
 impl Collector {
     /// Emits a batch downstream (empty batches are dropped).
     pub fn emit(&mut self, batch: DataBatch) {
@@ -462,6 +478,14 @@ pub trait SourceOperator: Send + 'static {
         let _ = (ctx, checkpoint_id);
         async { Ok(()) }
     }
+
+    /// After an [`SourcePoll::Idle`]: whether the subtask has nothing to say about event time
+    /// (all its splits idle, or none), so downstream operators stop waiting for its watermark
+    /// until it emits again. `now_ms` is the wall clock.
+    fn is_idle(&self, now_ms: i64) -> bool {
+        let _ = now_ms;
+        false
+    }
 }
 
 /// Object-safe form of [`SourceOperator`].
@@ -486,9 +510,13 @@ pub trait DynSource: Send {
         ctx: &'a OperatorContext,
         checkpoint_id: u64,
     ) -> BoxFuture<'a, Result<()>>;
+    fn is_idle(&self, now_ms: i64) -> bool;
 }
 
 impl<T: SourceOperator> DynSource for T {
+    fn is_idle(&self, now_ms: i64) -> bool {
+        SourceOperator::is_idle(self, now_ms)
+    }
     fn initialize_state<'a>(
         &'a mut self,
         ctx: &'a OperatorContext,

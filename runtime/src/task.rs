@@ -57,6 +57,10 @@ pub enum Element {
     Barrier(Barrier),
     /// The upstream subtask ends (after a stop-with-savepoint or the final checkpoint).
     End,
+    /// The upstream subtask has no records to give for now (idle Kafka partitions, or none):
+    /// it stops holding back the watermark until it sends data or a watermark again (Flink's
+    /// idle watermark status).
+    Idle,
 }
 
 /// Commands from the coordinator to a subtask.
@@ -306,7 +310,8 @@ async fn handle_bad_records(setup: &TaskSetup, out: &mut Collector) -> Result<()
                 uid: setup.ctx.uid.clone(),
                 message: format!(
                     "{} (record: {}); set onBadRecord: skip or deadLetter to continue past such records",
-                    first.reason, first.record
+                    crate::operator::excerpt(&first.reason),
+                    crate::operator::excerpt(&first.record)
                 ),
             })
         }
@@ -369,6 +374,7 @@ pub async fn run_source(mut setup: TaskSetup, mut source: Box<dyn DynSource>) ->
         let mut exhausted = false;
         let mut ending: Option<u64> = None;
         let mut watermark = i64::MIN;
+        let mut idle_sent = false;
         let mut out = Collector::default();
         loop {
             // serve commands first
@@ -409,6 +415,7 @@ pub async fn run_source(mut setup: TaskSetup, mut source: Box<dyn DynSource>) ->
             }
             match source.poll_next(&ctx, &mut out).await? {
                 SourcePoll::Batch(batch, wm) => {
+                    idle_sent = false;
                     emit(&mut setup, &mut out).await?;
                     ctx.metrics
                         .records_out
@@ -423,6 +430,10 @@ pub async fn run_source(mut setup: TaskSetup, mut source: Box<dyn DynSource>) ->
                 }
                 SourcePoll::Idle(wait) => {
                     emit(&mut setup, &mut out).await?;
+                    if !idle_sent && source.is_idle(chrono::Utc::now().timestamp_millis()) {
+                        idle_sent = true;
+                        setup.output.broadcast(Element::Idle).await?;
+                    }
                     tokio::select! {
                         c = setup.commands.recv() => {
                             // put it back by handling it on the next iteration
@@ -499,7 +510,8 @@ pub async fn run_operator(
             .await?;
         let n = inputs.len();
         let mut aligner = BarrierAligner::new(n);
-        let mut input_wm = vec![i64::MIN; n];
+        let mut inputs_wm = InputWatermarks::new(n);
+        let mut idle_sent = false;
         let mut watermark = i64::MIN;
         let mut start = 0usize;
         let mut out = Collector::default();
@@ -564,22 +576,30 @@ pub async fn run_operator(
             };
             match elem {
                 Element::Data(batch) => {
+                    inputs_wm.on_data(i);
+                    idle_sent = false;
                     ctx.metrics
                         .records_in
                         .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
                     op.process_batch(&ctx, batch, &mut out).await?;
                     emit(&mut setup, &mut out).await?;
                 }
-                Element::Watermark(wm) => {
-                    input_wm[i] = input_wm[i].max(wm);
-                    let combined = input_wm
-                        .iter()
-                        .enumerate()
-                        .filter(|(j, _)| !aligner.is_ended(*j))
-                        .map(|(_, w)| *w)
-                        .min()
-                        .unwrap_or(i64::MAX);
+                Element::Watermark(_) | Element::Idle => {
+                    if let Element::Watermark(wm) = elem {
+                        inputs_wm.on_watermark(i, wm);
+                    } else {
+                        inputs_wm.on_idle(i);
+                    }
+                    let Some(combined) = inputs_wm.combined(|j| aligner.is_ended(j)) else {
+                        // every input is idle: so is this subtask
+                        if !idle_sent {
+                            idle_sent = true;
+                            setup.output.broadcast(Element::Idle).await?;
+                        }
+                        continue;
+                    };
                     if combined > watermark {
+                        idle_sent = false;
                         watermark = combined;
                         op.process_watermark(&ctx, watermark, &mut out).await?;
                         emit(&mut setup, &mut out).await?;
@@ -632,9 +652,78 @@ pub const RESTART_DELAY: Duration = Duration::from_millis(500);
 /// Keeps the compiler honest about the metrics type.
 pub type SharedMetrics = Arc<crate::metrics::OperatorMetrics>;
 
+/// The watermarks of an operator's inputs and which of them are idle.
+#[derive(Debug)]
+struct InputWatermarks {
+    watermark: Vec<i64>,
+    idle: Vec<bool>,
+}
+
+impl InputWatermarks {
+    fn new(n: usize) -> Self {
+        Self {
+            watermark: vec![i64::MIN; n],
+            idle: vec![false; n],
+        }
+    }
+
+    fn on_watermark(&mut self, i: usize, wm: i64) {
+        self.watermark[i] = self.watermark[i].max(wm);
+        self.idle[i] = false;
+    }
+
+    fn on_idle(&mut self, i: usize) {
+        self.idle[i] = true;
+    }
+
+    fn on_data(&mut self, i: usize) {
+        self.idle[i] = false;
+    }
+
+    /// The smallest watermark of the inputs that are neither ended nor idle; `i64::MAX` when
+    /// all ended; `None` when every input that has not ended is idle.
+    fn combined(&self, ended: impl Fn(usize) -> bool) -> Option<i64> {
+        let open: Vec<usize> = (0..self.watermark.len()).filter(|j| !ended(*j)).collect();
+        if open.is_empty() {
+            return Some(i64::MAX);
+        }
+        open.iter()
+            .filter(|j| !self.idle[**j])
+            .map(|j| self.watermark[*j])
+            .min()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_inputs_stop_holding_back_the_watermark_until_they_speak_again() {
+        let mut w = InputWatermarks::new(3);
+        let none_ended = |_| false;
+        w.on_watermark(0, 100);
+        w.on_watermark(1, 50);
+        assert_eq!(
+            w.combined(none_ended),
+            Some(i64::MIN),
+            "input 2 has said nothing"
+        );
+        w.on_idle(2);
+        assert_eq!(w.combined(none_ended), Some(50));
+        w.on_idle(1);
+        assert_eq!(w.combined(none_ended), Some(100));
+        w.on_idle(0);
+        assert_eq!(w.combined(none_ended), None, "all idle");
+        // data from an idle input makes it count again, with its old watermark
+        w.on_data(1);
+        assert_eq!(w.combined(none_ended), Some(50));
+        w.on_watermark(2, 70);
+        assert_eq!(w.combined(none_ended), Some(50));
+        // ended inputs never count; all ended is the end of event time
+        assert_eq!(w.combined(|j| j == 1), Some(70));
+        assert_eq!(w.combined(|_| true), Some(i64::MAX));
+    }
 
     #[test]
     fn barriers_align_over_all_inputs() {

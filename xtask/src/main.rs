@@ -18,7 +18,7 @@ commands:
   e2e        the end-to-end suite only
   install    build the pinned Kubernetes, etcd, Helm and MinIO binaries into the cache
   bench      benchmarks (add --quick for a short run)
-  ci         what .ci/run does: lint, then test";
+  ci         what .ci/run does: lint, then test, then a short Kafka benchmark run";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -36,7 +36,10 @@ fn main() -> ExitCode {
         "e2e" => e2e(),
         "install" => install(),
         "bench" => bench(rest),
-        "ci" => lint().and_then(|()| unit()).and_then(|()| e2e()),
+        "ci" => lint()
+            .and_then(|()| unit())
+            .and_then(|()| e2e())
+            .and_then(|()| kafka_bench(true, false)),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())
@@ -267,6 +270,83 @@ fn e2e() -> Result<(), String> {
     ]))
 }
 
+/// The Kafka source next to a plain rdkafka consumer: the project's broker (`kafka-broker`,
+/// KRaft on loopback) is filled with demo records, then `streamjob-runtime bench-kafka` (release)
+/// reads the topic with both; the broker stops with SIGINT afterwards, or when this process ends
+/// (its stdin closes).
+///
+/// `release: false` (CI's short run) uses the debug runtime the tests built: it checks that the
+/// benchmark runs and reads every record; its figures are not the engine's.
+fn kafka_bench(quick: bool, release: bool) -> Result<(), String> {
+    install()?;
+    run(cargo().args([
+        "build",
+        "--locked",
+        "-p",
+        "streamjob-e2e",
+        "--bin",
+        "kafka-broker",
+    ]))?;
+    if release {
+        run(cargo().args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "streamjob-runtime",
+            "--bin",
+            "streamjob-runtime",
+        ]))?;
+    }
+    let target = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("no free port: {e}"))?
+        .port();
+    let records = match (quick, release) {
+        (_, false) => "50000",
+        (true, true) => "200000",
+        (false, true) => "2000000",
+    };
+    let runtime = target
+        .join(if release { "release" } else { "debug" })
+        .join("streamjob-runtime");
+    let mut broker = Command::new(target.join("debug/kafka-broker"))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--topic",
+            "bench",
+            "--partitions",
+            "4",
+        ])
+        .args(["--demo", records])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start kafka-broker: {e}"))?;
+    let ready = broker.stdout.take().and_then(|out| {
+        use std::io::BufRead;
+        std::io::BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.starts_with("bootstrap: "))
+    });
+    let result = match ready {
+        Some(_) => run(Command::new(&runtime)
+            .args(["bench-kafka", "--bootstrap", &format!("127.0.0.1:{port}")])
+            .args(["--topic", "bench", "--parallelism", "2"])),
+        None => Err("kafka-broker ended before it was ready".into()),
+    };
+    let _ = Command::new("kill")
+        .args(["-INT", &broker.id().to_string()])
+        .status();
+    let _ = broker.wait();
+    result
+}
+
 /// The engine's own Nexmark benchmark, the file sink benchmark (per format, local disk and
 /// MinIO, next to a plain write of the same bytes), then the side-by-side run against Apache
 /// Flink (bench/runner: same input files, same queries, output checked equal, ratios in one run),
@@ -315,6 +395,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         side_by_side.arg("--quick");
     }
     run(&mut side_by_side)?;
+    kafka_bench(quick, true)?;
     // The operator on the e2e environment: output gap across InPlace/Shadow upgrades, and
     // 1,000 suspended StreamJobs (200 with --quick) against a baseline of 10.
     install()?;

@@ -31,6 +31,7 @@ const TAG_BATCH: u8 = 3;
 const TAG_WATERMARK: u8 = 4;
 const TAG_BARRIER: u8 = 5;
 const TAG_END: u8 = 6;
+const TAG_IDLE: u8 = 7;
 
 /// One frame as read from a connection.
 #[derive(Debug, PartialEq)]
@@ -347,6 +348,7 @@ impl ElementEncoder {
                 push_frame(out, TAG_BARRIER, &serde_json::to_vec(&WireBarrier::of(b))?)
             }
             Element::End => push_frame(out, TAG_END, &[]),
+            Element::Idle => push_frame(out, TAG_IDLE, &[]),
         }
     }
 }
@@ -428,6 +430,7 @@ impl ElementDecoder {
                 Ok(Some(Element::Barrier(self.barriers.resolve(w)?)))
             }
             TAG_END => Ok(Some(Element::End)),
+            TAG_IDLE => Ok(Some(Element::Idle)),
             t => Err(Error::Cluster(format!("unknown data frame tag {t}"))),
         }
     }
@@ -533,8 +536,10 @@ mod tests {
             Element::Data(b2.clone()),
             Element::Barrier(barrier),
             Element::End,
+            Element::Idle,
         ]);
-        assert_eq!(got.len(), 5);
+        assert_eq!(got.len(), 6);
+        assert!(matches!(got[5], Element::Idle));
         match (&got[0], &got[2]) {
             (Element::Data(a), Element::Data(b)) => {
                 assert_eq!(a.records, b1.records);

@@ -16,7 +16,9 @@ use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde::{Deserialize, Serialize};
 use streamjob_crds::units::parse_duration;
-use streamjob_crds::v1alpha1::{FieldType, FilesSource as FilesSpec, RowCompression, StorageSpec};
+use streamjob_crds::v1alpha1::{
+    FieldSpec, FieldType, FilesSource as FilesSpec, RowCompression, StorageSpec,
+};
 
 use crate::error::{Error, Result};
 use crate::keygroups::{FNV_OFFSET_BASIS, stable_hash};
@@ -44,6 +46,28 @@ pub struct FilesSourcePlan {
     pub discovery: Option<Duration>,
     pub event_time_column: Option<usize>,
     pub out_of_orderness_ms: i64,
+}
+
+/// The Arrow schema of declared columns (files and Kafka sources).
+pub(crate) fn schema_of(fields: &[FieldSpec]) -> SchemaRef {
+    Arc::new(Schema::new(
+        fields
+            .iter()
+            .map(|f| Field::new(&f.name, arrow_type(f.field_type), f.nullable))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// A timestamp or integer column as epoch milliseconds.
+pub(crate) fn event_time_millis(col: &dyn Array) -> Result<Int64Array> {
+    let c = match col.data_type() {
+        DataType::Timestamp(_, _) => cast(
+            &cast(col, &DataType::Timestamp(TimeUnit::Millisecond, None))?,
+            &DataType::Int64,
+        )?,
+        _ => cast(col, &DataType::Int64)?,
+    };
+    Ok(c.as_primitive::<Int64Type>().clone())
 }
 
 fn arrow_type(t: FieldType) -> DataType {
@@ -92,12 +116,7 @@ impl FilesSourcePlan {
             ));
         };
         let schema: SchemaRef = match (&spec.schema, &format) {
-            (Some(fields), _) => Arc::new(Schema::new(
-                fields
-                    .iter()
-                    .map(|f| Field::new(&f.name, arrow_type(f.field_type), f.nullable))
-                    .collect::<Vec<_>>(),
-            )),
+            (Some(fields), _) => schema_of(fields),
             (None, FileFormat::Parquet) => {
                 let files = list_data_files(&location).await?;
                 let first = files.first().ok_or_else(|| {
@@ -435,15 +454,7 @@ impl FilesSource {
     fn event_times(&mut self, batch: &RecordBatch) -> Result<Int64Array> {
         match self.plan.event_time_column {
             Some(i) => {
-                let col = batch.column(i);
-                let c = match col.data_type() {
-                    DataType::Timestamp(_, _) => cast(
-                        &cast(col, &DataType::Timestamp(TimeUnit::Millisecond, None))?,
-                        &DataType::Int64,
-                    )?,
-                    _ => cast(col, &DataType::Int64)?,
-                };
-                let a = c.as_primitive::<Int64Type>().clone();
+                let a = event_time_millis(batch.column(i))?;
                 for v in a.iter().flatten() {
                     self.max_ts = self.max_ts.max(v);
                 }

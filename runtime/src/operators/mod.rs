@@ -6,6 +6,7 @@ pub mod files;
 #[cfg(feature = "file-sink")]
 pub mod filesink;
 pub mod generator;
+pub mod kafka;
 pub mod nexmark;
 pub mod print;
 pub mod window;

@@ -1,0 +1,356 @@
+//! A real Apache Kafka broker for tests: the jars `e2e/scripts/install.sh` fetched from Maven
+//! Central (`STREAMJOB_E2E_KAFKA_LIB`), run as one KRaft node (broker and controller) on
+//! loopback ports, with its data and log in the run folder. Besides the plain listener it has a
+//! SASL_PLAINTEXT listener with a PLAIN user and a SCRAM-SHA-256 user, for the security tests.
+//!
+//! Helpers create topics, add partitions and produce records with rdkafka, the client the
+//! runtime uses.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+
+use crate::binaries::{cache_dir, env_file};
+use crate::error::{Error, IoContext, Result};
+use crate::process::{ManagedProcess, Watchdog, free_port, run_checked};
+
+/// The PLAIN user of the SASL listener.
+pub const PLAIN_USER: (&str, &str) = ("alice", "alice-secret");
+/// The SCRAM-SHA-256 user of the SASL listener.
+pub const SCRAM_USER: (&str, &str) = ("bob", "bob-secret");
+
+/// A running single-node broker; stopped when dropped.
+#[derive(Debug)]
+pub struct Kafka {
+    process: ManagedProcess,
+    /// `127.0.0.1:<port>` of the PLAINTEXT listener.
+    pub bootstrap: String,
+    /// `127.0.0.1:<port>` of the SASL_PLAINTEXT listener.
+    pub sasl_bootstrap: String,
+    /// How long start-up took (format + start until metadata answers).
+    pub start_duration: Duration,
+}
+
+/// The folder with the broker's jars.
+pub fn kafka_lib() -> Result<PathBuf> {
+    let from_env = std::env::var("STREAMJOB_E2E_KAFKA_LIB").ok();
+    let from_file = || {
+        std::fs::read_to_string(env_file()).ok().and_then(|t| {
+            t.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("export STREAMJOB_E2E_KAFKA_LIB=")
+                    .map(|v| v.trim_matches(|c| c == '\'' || c == '"').to_string())
+            })
+        })
+    };
+    let lib = from_env
+        .or_else(from_file)
+        .map(PathBuf::from)
+        .ok_or_else(|| Error::MissingBinary {
+            name: "kafka".into(),
+            detail: format!(
+                "neither $STREAMJOB_E2E_KAFKA_LIB nor {} names the broker's jars (cache {})",
+                env_file().display(),
+                cache_dir().display()
+            ),
+        })?;
+    if lib.join(".complete").is_file() {
+        Ok(lib)
+    } else {
+        Err(Error::MissingBinary {
+            name: "kafka".into(),
+            detail: format!("{} holds no complete jar set", lib.display()),
+        })
+    }
+}
+
+fn java(lib: &Path, dir: &Path) -> Command {
+    let mut cmd = Command::new(std::env::var("STREAMJOB_JAVA").unwrap_or_else(|_| "java".into()));
+    cmd.arg("-Xms128m")
+        .arg("-Xmx512m")
+        .arg("-XX:+UseSerialGC")
+        .arg("-XX:TieredStopAtLevel=1")
+        .arg("-Djava.net.preferIPv4Stack=true")
+        .arg(format!(
+            "-Dlog4j2.configurationFile={}",
+            dir.join("log4j2.properties").display()
+        ))
+        .arg("-cp")
+        .arg(format!("{}/*", lib.display()));
+    cmd
+}
+
+const LOG4J2: &str = "status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+";
+
+impl Kafka {
+    /// Formats a data folder in `dir` and starts the broker; returns once it answers metadata
+    /// requests on both listeners.
+    pub fn start(dir: &Path, watchdog: Option<&Watchdog>) -> Result<Self> {
+        Self::start_on(dir, watchdog, None)
+    }
+
+    /// [`Kafka::start`] with the plain listener on `port` (a free port when `None`).
+    pub fn start_on(dir: &Path, watchdog: Option<&Watchdog>, port: Option<u16>) -> Result<Self> {
+        let t0 = Instant::now();
+        let lib = kafka_lib()?;
+        std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+        let port = match port {
+            Some(p) => p,
+            None => free_port()?,
+        };
+        let (sasl_port, controller) = (free_port()?, free_port()?);
+        let data = dir.join("kafka-data");
+        let props = format!(
+            "process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller}
+listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs={data}
+num.partitions=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_{pu}=\"{pp}\";
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+",
+            data = data.display(),
+            pu = PLAIN_USER.0,
+            pp = PLAIN_USER.1,
+        );
+        let props_path = dir.join("server.properties");
+        std::fs::write(&props_path, props).ctx(|| format!("write {}", props_path.display()))?;
+        std::fs::write(dir.join("log4j2.properties"), LOG4J2)
+            .ctx(|| format!("write log4j2.properties in {}", dir.display()))?;
+        // A cluster id is 16 random bytes, URL-safe base64 without padding (22 characters).
+        let id = cluster_id(rand::random::<u128>());
+        run_checked(
+            java(&lib, dir)
+                .arg("kafka.tools.StorageTool")
+                .arg("format")
+                .arg("-t")
+                .arg(&id)
+                .arg("-c")
+                .arg(&props_path)
+                .arg("--add-scram")
+                .arg(format!(
+                    "SCRAM-SHA-256=[name={},password={}]",
+                    SCRAM_USER.0, SCRAM_USER.1
+                )),
+        )?;
+        let mut cmd = java(&lib, dir);
+        cmd.arg("kafka.Kafka").arg(&props_path);
+        let process =
+            ManagedProcess::spawn("kafka", cmd, dir, watchdog)?.with_grace(Duration::from_secs(10));
+        let kafka = Self {
+            process,
+            bootstrap: format!("127.0.0.1:{port}"),
+            sasl_bootstrap: format!("127.0.0.1:{sasl_port}"),
+            start_duration: Duration::ZERO,
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            kafka.process.check_running()?;
+            let consumer: BaseConsumer = kafka
+                .client_config()
+                .create()
+                .map_err(|e| Error::Other(format!("kafka client: {e}")))?;
+            match consumer.fetch_metadata(None, Duration::from_secs(2)) {
+                Ok(md) if !md.brokers().is_empty() => break,
+                Ok(_) | Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Ok(_) => return Err(Error::Other("kafka: no broker in metadata".into())),
+                Err(e) => {
+                    return Err(Error::Timeout {
+                        what: "the Kafka broker's metadata".into(),
+                        timeout: Duration::from_secs(120),
+                        last: format!(": {e}; log {}", kafka.process.log().display()),
+                    });
+                }
+            }
+        }
+        let start_duration = t0.elapsed();
+        tracing::info!(?start_duration, bootstrap = %kafka.bootstrap, "kafka ready");
+        Ok(Self {
+            start_duration,
+            ..kafka
+        })
+    }
+
+    /// Client settings for the plain listener.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap);
+        c.set("group.id", "streamjob-e2e-probe");
+        c
+    }
+
+    fn admin(&self) -> Result<AdminClient<DefaultClientContext>> {
+        self.client_config()
+            .create()
+            .map_err(|e| Error::Other(format!("kafka admin client: {e}")))
+    }
+
+    /// Creates `topic` with `partitions` partitions and waits until its metadata shows them.
+    pub fn create_topic(&self, topic: &str, partitions: i32) -> Result<()> {
+        let admin = self.admin()?;
+        let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        let results = futures::executor::block_on(admin.create_topics(
+            [&new],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        ))
+        .map_err(|e| Error::Other(format!("create topic {topic}: {e}")))?;
+        for r in results {
+            r.map_err(|(t, e)| Error::Other(format!("create topic {t}: {e}")))?;
+        }
+        self.wait_partitions(topic, partitions)
+    }
+
+    /// Grows `topic` to `total` partitions.
+    pub fn add_partitions(&self, topic: &str, total: usize) -> Result<()> {
+        let admin = self.admin()?;
+        let new = NewPartitions::new(topic, total);
+        let results =
+            futures::executor::block_on(admin.create_partitions([&new], &AdminOptions::new()))
+                .map_err(|e| Error::Other(format!("add partitions to {topic}: {e}")))?;
+        for r in results {
+            r.map_err(|(t, e)| Error::Other(format!("add partitions to {t}: {e}")))?;
+        }
+        self.wait_partitions(topic, i32::try_from(total).unwrap_or(i32::MAX))
+    }
+
+    fn wait_partitions(&self, topic: &str, partitions: i32) -> Result<()> {
+        let consumer: BaseConsumer = self
+            .client_config()
+            .create()
+            .map_err(|e| Error::Other(format!("kafka client: {e}")))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let md = consumer
+                .fetch_metadata(Some(topic), Duration::from_secs(5))
+                .map_err(|e| Error::Other(format!("metadata of {topic}: {e}")))?;
+            let ready = md.topics().iter().any(|t| {
+                t.name() == topic
+                    && t.error().is_none()
+                    && t.partitions().len() == partitions as usize
+                    && t.partitions().iter().all(|p| p.leader() >= 0)
+            });
+            if ready {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: format!("{partitions} partitions of {topic} with leaders"),
+                    timeout: Duration::from_secs(30),
+                    last: String::new(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A producer that waits for every write (acks=all, idempotent).
+    pub fn producer(&self) -> Result<ThreadedProducer<DefaultProducerContext>> {
+        self.client_config()
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "5")
+            .create()
+            .map_err(|e| Error::Other(format!("kafka producer: {e}")))
+    }
+
+    /// Writes `records` (partition, key, value) to `topic` and waits until all are acknowledged.
+    pub fn produce(&self, topic: &str, records: &[(i32, String, Vec<u8>)]) -> Result<()> {
+        let producer = self.producer()?;
+        for (partition, key, value) in records {
+            let mut record = BaseRecord::to(topic)
+                .partition(*partition)
+                .key(key)
+                .payload(value);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((e, r))
+                        if e.rdkafka_error_code()
+                            == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) =>
+                    {
+                        record = r;
+                        producer.poll(Duration::from_millis(10));
+                    }
+                    Err((e, _)) => return Err(Error::Other(format!("produce to {topic}: {e}"))),
+                }
+            }
+        }
+        producer
+            .flush(Duration::from_secs(60))
+            .map_err(|e| Error::Other(format!("flush to {topic}: {e}")))?;
+        if producer.in_flight_count() > 0 {
+            return Err(Error::Other(format!(
+                "{} records to {topic} not acknowledged",
+                producer.in_flight_count()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+}
+
+/// URL-safe base64 (no padding) of 16 bytes: Kafka's cluster id format.
+fn cluster_id(v: u128) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = v.to_be_bytes();
+    let mut out = String::with_capacity(22);
+    for chunk in bytes.chunks(3) {
+        let n =
+            chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_ids_are_22_url_safe_characters() {
+        assert_eq!(cluster_id(0), "AAAAAAAAAAAAAAAAAAAAAA");
+        assert_eq!(cluster_id(u128::MAX), "_____________________w");
+        assert_eq!(cluster_id(rand::random()).len(), 22);
+    }
+}
