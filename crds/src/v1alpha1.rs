@@ -30,7 +30,9 @@ pub const KIND: &str = "StreamJob";
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image","description":"Runtime image of the job"}"#,
     printcolumn = r#"{"name":"Parallelism","type":"integer","jsonPath":".spec.parallelism","description":"Subtasks per operator"}"#,
     printcolumn = r#"{"name":"Last Savepoint","type":"date","jsonPath":".status.lastSavepoint.time","description":"When the latest savepoint completed"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Records/s","type":"number","jsonPath":".status.throughput.recordsInPerSecond","priority":1,"description":"Records read per second by the sources (kubectl get -o wide)"}"#,
+    printcolumn = r#"{"name":"Lag","type":"integer","jsonPath":".status.throughput.consumerLag","priority":1,"description":"Kafka records not yet read by the job (kubectl get -o wide)"}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -1390,9 +1392,25 @@ pub struct StreamJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeStatus>,
 
+    /// Whether the job keeps up: its input rate and, for Kafka sources, how far behind it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<ThroughputStatus>,
+
     /// Human-readable summary of the latest problem, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// Throughput of the running version, as its runtime reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ThroughputStatus {
+    /// Records read per second by the sources.
+    #[serde(default)]
+    pub records_in_per_second: f64,
+    /// Kafka sources: records between the job's positions and the ends of its partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_lag: Option<i64>,
 }
 
 /// Lifecycle phases.

@@ -60,7 +60,10 @@ fn invalid_specs_are_rejected_with_a_message_naming_the_problem() {
         cases.len() >= 10,
         "expected the table of invalid specs, found {cases:?}"
     );
-    for path in cases {
+    // and the ones only the Rust validation (runtime and operator) can refuse
+    let runtime_only = yaml_files(&workspace().join("crds/tests/invalid-runtime"));
+    assert!(!runtime_only.is_empty());
+    for path in cases.into_iter().chain(runtime_only) {
         let text = fs::read_to_string(&path).unwrap();
         let expected = text
             .lines()
@@ -172,8 +175,26 @@ fn generated_crd_carries_the_rules_and_columns() {
         .collect();
     assert_eq!(
         columns,
-        ["Phase", "Image", "Parallelism", "Last Savepoint", "Age"]
+        [
+            "Phase",
+            "Image",
+            "Parallelism",
+            "Last Savepoint",
+            "Age",
+            "Records/s",
+            "Lag"
+        ]
     );
+    // the throughput columns only show with `kubectl get sj -o wide`
+    let wide: Vec<&str> = version
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|c| c.priority == Some(1))
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(wide, ["Records/s", "Lag"]);
 
     let schema = serde_json::to_string(&version.schema).unwrap();
     for rule in [
@@ -183,6 +204,7 @@ fn generated_crd_carries_the_rules_and_columns() {
         "has(self[0].source)",
         "has(self[size(self) - 1].fileSink)",
         "has(self.keyBy) == has(self.window)",
+        "[has(self.topic), has(self.topics), has(self.topicPattern)].filter(x, x).size() == 1",
     ] {
         assert!(
             schema.contains(rule),

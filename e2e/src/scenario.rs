@@ -69,6 +69,11 @@ pub fn generator_record(seed: u64, keys: u64, id: u64) -> (u64, i64) {
     (h % keys.max(1), (mix(h) % 1000) as i64)
 }
 
+/// Event time of record `id` (1 ms apart from `START_MS`).
+pub fn generator_ts(id: u64) -> i64 {
+    START_MS + id as i64
+}
+
 /// (key, window start ms) → (count, sum)
 pub type Aggregates = BTreeMap<(String, i64), (i64, i64)>;
 
@@ -80,7 +85,7 @@ pub fn expected(seed: u64, keys: u64, count: u64) -> Aggregates {
     let mut m = Aggregates::new();
     for id in 0..count {
         let (k, v) = generator_record(seed, keys, id);
-        let ts = START_MS + id as i64;
+        let ts = generator_ts(id);
         let start = ts - ts.rem_euclid(WINDOW_MS);
         let e = m.entry((format!("key-{k}"), start)).or_insert((0, 0));
         e.0 += 1;
@@ -117,6 +122,25 @@ pub struct Job {
     pub checkpoint_interval: &'static str,
     /// `spec.workers` (0: the runtime pod runs every subtask).
     pub workers: u32,
+    /// Read the generator's records from Kafka instead of generating them (see [`KafkaInput`]).
+    pub kafka: Option<KafkaInput>,
+}
+
+/// A Kafka topic holding the generator's records as JSON `{id, key, value, ts}` (see
+/// [`generator_json`]), so the expected aggregates are the generator job's.
+#[derive(Clone, Debug)]
+pub struct KafkaInput {
+    pub bootstrap: String,
+    pub topic: String,
+    /// `stoppingOffsets: latest`: end once the topic is read to its end.
+    pub bounded: bool,
+}
+
+/// Record `id` of the generator as the JSON value the Kafka scenarios produce.
+pub fn generator_json(seed: u64, keys: u64, id: u64) -> String {
+    let (k, v) = generator_record(seed, keys, id);
+    let ts = generator_ts(id);
+    format!(r#"{{"id":{id},"key":"key-{k}","value":{v},"ts":{ts}}}"#)
 }
 
 impl Job {
@@ -142,6 +166,7 @@ impl Job {
             dispose_on_delete: false,
             checkpoint_interval: "1s",
             workers: 0,
+            kafka: None,
         }
     }
 
@@ -161,9 +186,21 @@ impl Job {
             checkpoint_interval,
             ..
         } = self;
-        let mut steps = format!(
-            "  - uid: gen\n    source:\n      generator: {{count: {count}, keys: {keys}, seed: {seed}, ratePerSecond: {rate}}}\n"
-        );
+        let mut steps = match &self.kafka {
+            None => format!(
+                "  - uid: gen\n    source:\n      generator: {{count: {count}, keys: {keys}, seed: {seed}, ratePerSecond: {rate}}}\n"
+            ),
+            Some(k) => format!(
+                "  - uid: in\n    source:\n      kafka:\n        bootstrapServers: \"{b}\"\n        topic: {t}\n        partitionDiscoveryInterval: 1s\n        format: {{jsonLines: {{}}}}\n        schema: [{{name: id, type: int64}}, {{name: key, type: string}}, {{name: value, type: int64}}, {{name: ts, type: int64}}]\n        eventTimeField: ts\n{stop}",
+                b = k.bootstrap,
+                t = k.topic,
+                stop = if k.bounded {
+                    "        stoppingOffsets: latest\n"
+                } else {
+                    ""
+                },
+            ),
+        };
         if self.filter {
             steps.push_str("  - uid: pass\n    filter: \"value >= 0\"\n");
         }

@@ -39,6 +39,8 @@ pub trait S3Server: std::fmt::Debug + Send + Sync {
 pub struct ObjectInfo {
     pub key: String,
     pub size: u64,
+    /// When the object was written (the store's clock; the same machine's here).
+    pub last_modified: chrono::DateTime<chrono::Utc>,
 }
 
 impl S3Endpoint {
@@ -80,6 +82,7 @@ impl S3Endpoint {
             .map_ok(|m| ObjectInfo {
                 key: m.location.to_string(),
                 size: m.size,
+                last_modified: m.last_modified,
             })
             .try_collect()
             .await?;

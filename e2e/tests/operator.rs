@@ -15,10 +15,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use streamjob_e2e::fixtures::{self, EnvOptions, TestEnv, wait_deleted};
+use streamjob_e2e::kafka::Kafka;
 use streamjob_e2e::kubelet::ImageMapping;
+use streamjob_e2e::process::Watchdog;
 use streamjob_e2e::scenario::{
-    Job, SECRET, check_exactly_once, condition, condition_true, container_pid, deployed_hash,
-    install_operator, phase, pid_alive, promoted, read_output, sj_api, status,
+    Job, KafkaInput, SECRET, check_exactly_once, condition, condition_true, container_pid,
+    deployed_hash, finished_parts, generator_json, generator_ts, install_operator, phase,
+    pid_alive, promoted, read_output, sj_api, status,
 };
 use streamjob_e2e::wait::poll_until;
 
@@ -921,4 +924,150 @@ async fn m_workers_shadow_upgrade() {
     ctx.finished().await;
     ctx.assert_exactly_once().await;
     ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
+
+/// The longest gap between consecutive committed part files of the job written between `from`
+/// and `to` (wall clock), and how many parts that window holds: the output stall of an upgrade.
+async fn output_stall(
+    ctx: &Ctx,
+    from: chrono::DateTime<chrono::Utc>,
+    to: chrono::DateTime<chrono::Utc>,
+) -> (Duration, usize) {
+    let prefix = format!("output/{}", ctx.job.name);
+    let keys: std::collections::BTreeSet<String> =
+        finished_parts(ctx.env, &ctx.job.bucket, &ctx.job.name)
+            .await
+            .expect("list parts")
+            .into_iter()
+            .collect();
+    let mut times: Vec<_> = ctx
+        .env
+        .s3()
+        .list(&ctx.job.bucket, &prefix)
+        .await
+        .expect("list parts")
+        .into_iter()
+        .filter(|o| keys.contains(&o.key) && o.last_modified >= from && o.last_modified <= to)
+        .map(|o| o.last_modified)
+        .collect();
+    times.sort();
+    let mut edges = vec![from];
+    edges.extend(times.iter().copied());
+    edges.push(to);
+    let gap = edges
+        .windows(2)
+        .map(|w| (w[1] - w[0]).to_std().unwrap_or_default())
+        .max()
+        .unwrap_or_default();
+    (gap, times.len())
+}
+
+/// n. A Kafka job (unbounded: it reads until stopped) while a producer keeps writing the
+/// generator's records to a 3-partition topic: an image bump in place, then a Shadow upgrade.
+/// Once everything is produced, a few records far ahead in event time close every window; each
+/// (key, window) aggregate must then be in the bucket exactly once. The output stall of each
+/// upgrade (longest gap between committed part files around it) is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_kafka_job_upgraded_in_place_and_by_shadow_while_producing() {
+    use rdkafka::producer::{BaseRecord, Producer};
+    let env = env().await;
+    let dir = env.run_dir.join("kafka-n");
+    std::fs::create_dir_all(&dir).unwrap();
+    let watchdog = Watchdog::start(&dir).unwrap();
+    let kafka = Kafka::start(&dir, Some(&watchdog)).expect("kafka broker");
+    kafka.create_topic("clicks", 3).unwrap();
+    let mut job = new_job(env, "kafka").await;
+    job.parallelism = 2;
+    job.kafka = Some(KafkaInput {
+        bootstrap: kafka.bootstrap.clone(),
+        topic: "clicks".into(),
+        bounded: false,
+    });
+    let (seed, keys, count) = (job.seed, job.keys, job.count);
+    // the producer: the generator's records in id order, round robin over the partitions, at
+    // 600 records/s so that both upgrades happen while it writes
+    let producer = kafka.producer().unwrap();
+    let produced = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        for id in 0..count {
+            let value = generator_json(seed, keys, id);
+            let key = format!("k{id}");
+            let record = BaseRecord::to("clicks")
+                .partition((id % 3) as i32)
+                .key(&key)
+                .payload(&value);
+            producer.send(record).map_err(|(e, _)| e).unwrap();
+            if id % 60 == 59 {
+                let due = Duration::from_millis((id + 1) * 1000 / 600);
+                if let Some(wait) = due.checked_sub(t0.elapsed()) {
+                    std::thread::sleep(wait); // pacing the producer, not synchronisation
+                }
+            }
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+        producer
+    });
+    let mut ctx = Ctx::new(env, job).await;
+    ctx.apply();
+    ctx.running_with_checkpoint().await;
+    // in place
+    let t1 = chrono::Utc::now();
+    ctx.job.image = "streamjob/runtime:v2".into();
+    let o = upgrade(&ctx).await;
+    let t2 = chrono::Utc::now();
+    assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v2");
+    // shadow
+    ctx.job.strategy = "Shadow";
+    ctx.job.image = "streamjob/runtime:v3".into();
+    let t3 = chrono::Utc::now();
+    let o = upgrade(&ctx).await;
+    let t4 = chrono::Utc::now();
+    assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v3");
+    only_the_promoted_pod_left(&ctx, &o).await;
+    let producer = produced.join().unwrap();
+    ctx.log(&format!("all {count} records produced"));
+    // close every window: one record an hour ahead in each partition
+    for p in 0..3 {
+        let value = format!(
+            r#"{{"id":-1,"key":"flush","value":0,"ts":{}}}"#,
+            generator_ts(count) + 3_600_000
+        );
+        producer
+            .send(
+                BaseRecord::to("clicks")
+                    .partition(p)
+                    .key("flush")
+                    .payload(&value),
+            )
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let want = ctx.job.expected();
+    let res = poll_until(
+        "every window committed exactly once",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            let got = read_output(ctx.env, &ctx.job.bucket, &ctx.job.name).await?;
+            Ok(check_exactly_once(&got, &want).ok())
+        },
+    )
+    .await;
+    if res.is_err() {
+        let got = read_output(env, &ctx.job.bucket, &ctx.job.name)
+            .await
+            .expect("read output");
+        panic!("{}", check_exactly_once(&got, &want).unwrap_err());
+    }
+    let (in_place, n1) = output_stall(&ctx, t1, t2 + chrono::Duration::seconds(3)).await;
+    let (shadow, n2) = output_stall(&ctx, t3, t4 + chrono::Duration::seconds(3)).await;
+    ctx.log(&format!(
+        "exactly-once: {} aggregates of {count} Kafka records; output stall across the in-place \
+         upgrade {in_place:?} ({n1} parts in the window), across the shadow upgrade {shadow:?} \
+         ({n2} parts)",
+        want.len()
+    ));
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
+    drop(kafka);
 }

@@ -89,6 +89,19 @@ pub struct JobStatus {
     pub restarts: u64,
     #[serde(default)]
     pub failure: Option<String>,
+    /// Sources that cannot make progress right now (brokers down, topic missing), and why.
+    #[serde(default)]
+    pub problems: Vec<SourceProblem>,
+    /// Kafka sources: records not yet read.
+    #[serde(default)]
+    pub consumer_lag: Option<i64>,
+}
+
+/// A source of the job that cannot make progress.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SourceProblem {
+    pub uid: String,
+    pub message: String,
 }
 
 impl JobStatus {
@@ -104,6 +117,8 @@ impl JobStatus {
             records_in_per_second: 0.0,
             restarts: 0,
             failure: None,
+            problems: Vec::new(),
+            consumer_lag: None,
         }
     }
 

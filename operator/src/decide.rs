@@ -19,7 +19,8 @@ use streamjob_crds::hash::deployment_hash;
 use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::{
     CheckpointInfo, DeploymentStatus, JobState, PendingSavepoint, Phase, SavepointInfo,
-    StartedFrom, StreamJobSpec, StreamJobStatus, UpgradeMode, UpgradeStatus, UpgradeStrategy,
+    StartedFrom, StreamJobSpec, StreamJobStatus, ThroughputStatus, UpgradeMode, UpgradeStatus,
+    UpgradeStrategy,
 };
 
 use crate::control::{JobStatus, RunState, SavepointState};
@@ -305,6 +306,8 @@ impl PodObs {
 
 /// Container restarts after which a version counts as crash-looping.
 pub const CRASH_LOOP_RESTARTS: i32 = 3;
+/// Longest Degraded message built from source problems (one tenant cannot bloat status).
+const MAX_PROBLEM_MESSAGE: usize = 1024;
 
 /// The control API of one runtime pod.
 #[derive(Clone, Debug, PartialEq)]
@@ -2465,8 +2468,32 @@ impl Ctx<'_> {
                         "CrashLooping".into(),
                         format!("pod {a} restarted {} times", p.restarts),
                     ));
+                } else if let Some(j) = self.obs.job(&a).filter(|j| !j.problems.is_empty()) {
+                    // a source that keeps retrying (brokers down, topic missing) says why
+                    let text: Vec<String> = j
+                        .problems
+                        .iter()
+                        .map(|p| format!("source {}: {}", p.uid, p.message))
+                        .collect();
+                    let mut msg = text.join("; ");
+                    if msg.len() > MAX_PROBLEM_MESSAGE {
+                        let mut cut = MAX_PROBLEM_MESSAGE;
+                        while !msg.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        msg.truncate(cut);
+                        msg.push('…');
+                    }
+                    self.degraded = Some(("SourceProblem".into(), msg));
                 }
             }
+        }
+        // Throughput of the active version (kubectl get sj -o wide).
+        if let Some(j) = self.active().and_then(|a| self.obs.job(&a)) {
+            self.st.throughput = Some(ThroughputStatus {
+                records_in_per_second: (j.records_in_per_second * 10.0).round() / 10.0,
+                consumer_lag: j.consumer_lag,
+            });
         }
         let stage = self.stage().ok().flatten();
         let in_flight = stage.filter(|s| !s.step.is_terminal());

@@ -2577,3 +2577,42 @@ fn suspended_jobs_are_looked_at_rarely() {
     let d = run(&base_spec(), &running(), &world(100));
     assert_eq!(d.requeue_after, SLOW);
 }
+
+#[test]
+fn source_problems_degrade_the_job_with_a_bounded_message_and_lag_is_reported() {
+    let mut o = world(100);
+    let mut j = js(RunState::Running, Some("s3://b/ck/clicks/6"));
+    j.records_in_per_second = 1234.56;
+    j.consumer_lag = Some(42);
+    j.problems = vec![crate::control::SourceProblem {
+        uid: "clicks".into(),
+        message: format!(
+            "kafka: cannot read metadata from b:9092: BrokerTransportFailure{}",
+            "x".repeat(5000)
+        ),
+    }];
+    set_job(&mut o, OLD, j);
+    let d = run(&base_spec(), &running(), &o);
+    let c = cond(&d, "Degraded");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "SourceProblem")
+    );
+    assert!(
+        c.message
+            .starts_with("source clicks: kafka: cannot read metadata")
+    );
+    assert!(
+        c.message.len() <= MAX_PROBLEM_MESSAGE + 4,
+        "{}",
+        c.message.len()
+    );
+    let t = d.status.throughput.as_ref().unwrap();
+    assert_eq!(
+        (t.records_in_per_second, t.consumer_lag),
+        (1234.6, Some(42))
+    );
+    // healthy again: the condition clears
+    let d = run(&base_spec(), &d.status, &world(110));
+    assert_eq!(cond(&d, "Degraded").status, "False");
+}

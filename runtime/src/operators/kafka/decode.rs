@@ -170,8 +170,9 @@ impl ValueDecoder {
         }
         match &self.format {
             ValueFormat::Json => {
+                // one row more than records, so the last value's trailing white space is read too
                 let mut decoder = arrow::json::ReaderBuilder::new(self.value_schema.clone())
-                    .with_batch_size(records.len().max(1))
+                    .with_batch_size(records.len() + 1)
                     .build_decoder()
                     .ok()?;
                 for (i, r) in records.iter().enumerate() {
@@ -334,13 +335,14 @@ mod tests {
             rec(4, Some(r#"{"id": 5, "name": "e"}{"id": 6, "name": "f"}"#)),
             rec(5, Some(&long)),
             rec(6, Some(r#"{"id": 7, "name": "g", "extra": true}"#)),
+            rec(7, Some("{\"id\": 8, \"name\": \"h\"}\n")),
         ];
         let mut out = Collector::default();
         let (batch, kept) = d.decode(&records, &mut out).unwrap();
-        assert_eq!(ids(&batch), vec![1, 3, 7]);
+        assert_eq!(ids(&batch), vec![1, 3, 7, 8]);
         assert_eq!(
             kept.iter().map(|r| r.offset).collect::<Vec<_>>(),
-            vec![0, 2, 6]
+            vec![0, 2, 6, 7]
         );
         // metadata columns in a fixed order: key, then offset
         assert_eq!(batch.column(2).as_string::<i32>().value(1), "k2");
@@ -349,7 +351,7 @@ mod tests {
             .as_primitive::<Int64Type>()
             .values()
             .to_vec();
-        assert_eq!(offsets, vec![0, 2, 6]);
+        assert_eq!(offsets, vec![0, 2, 6, 7]);
         let reasons: Vec<&str> = out.bad_records.iter().map(|b| b.reason.as_str()).collect();
         assert_eq!(reasons.len(), 4, "{reasons:?}");
         assert!(reasons[0].starts_with("t/2@1: "), "{reasons:?}");
@@ -357,6 +359,26 @@ mod tests {
         assert!(reasons[2].starts_with("t/2@4: ") && reasons[2].contains("2 rows"));
         // the whole value travels with the bad record (dead letters keep it all)
         assert_eq!(out.bad_records[3].record, long);
+    }
+
+    #[test]
+    fn a_clean_batch_takes_the_fast_path_with_trailing_white_space() {
+        let d = ValueDecoder::new(ValueFormat::Json, schema(), &[]).unwrap();
+        let records: Vec<RawRecord> = (0..100)
+            .map(|i| {
+                let v = format!("{{\"id\": {i}, \"name\": \"n{i}\"}}\n");
+                rec(i, Some(&v))
+            })
+            .collect();
+        let refs: Vec<&RawRecord> = records.iter().collect();
+        assert!(
+            d.decode_all(&refs).is_some(),
+            "no fallback for good records"
+        );
+        let mut out = Collector::default();
+        let (batch, _) = d.decode(&records, &mut out).unwrap();
+        assert_eq!(ids(&batch), (0..100).collect::<Vec<_>>());
+        assert!(out.bad_records.is_empty());
     }
 
     #[test]
