@@ -666,3 +666,51 @@ fn bad_records_fail_skip_and_dead_letter_one_by_one_and_sasl_scram() {
     );
     drop(kafka);
 }
+
+#[test]
+fn start_positions_timestamp_and_latest() {
+    use rdkafka::producer::{BaseRecord, Producer};
+    let dir = tempfile::tempdir().unwrap();
+    let watchdog = Watchdog::start(dir.path()).unwrap();
+    let kafka = Kafka::start(&dir.path().join("kafka"), Some(&watchdog)).unwrap();
+    kafka.create_topic("pos", 2).unwrap();
+    // record id has the Kafka timestamp T0 + id s
+    let producer = kafka.producer().unwrap();
+    for id in 0..100i64 {
+        let v = value(id, T0);
+        let k = format!("k{id}");
+        let r = BaseRecord::to("pos")
+            .partition((id % 2) as i32)
+            .key(&k)
+            .payload(&v)
+            .timestamp(T0 + id * 1000);
+        producer.send(r).map_err(|(e, _)| e).unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let from = chrono::DateTime::from_timestamp_millis(T0 + 50_000)
+        .unwrap()
+        .to_rfc3339();
+    for (name, start, want) in [
+        (
+            "from-time",
+            format!(
+                "\n          startingOffsets: timestamp\n          startingTimestamp: \"{from}\""
+            ),
+            (50..100).collect::<BTreeSet<i64>>(),
+        ),
+        (
+            "from-latest",
+            "\n          startingOffsets: latest".to_string(),
+            BTreeSet::new(),
+        ),
+    ] {
+        let m = print_manifest(dir.path(), name, &kafka.bootstrap, "pos", "fail", &start);
+        let (code, stdout, _) = Run::start(&["run", m.to_str().unwrap()], &[]).finish();
+        assert_eq!(code, 0, "{name}");
+        let rows = printed(&stdout);
+        let ids: BTreeSet<i64> = rows.iter().map(|r| r.0).collect();
+        assert_eq!(rows.len(), want.len(), "{name}: each record once");
+        assert_eq!(ids, want, "{name}");
+    }
+    drop(kafka);
+}

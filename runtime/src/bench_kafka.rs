@@ -93,18 +93,23 @@ async fn job(
     let graph = build_graph(&job, &discarding_registry()).await?;
     let (shared, rx) = Shared::new("bench-kafka");
     let start = Instant::now();
-    run_job(
-        graph,
-        RunOptions {
-            restore: RestoreFrom::Empty,
-            max_restarts: 0,
-            standby: false,
-            workers: None,
-        },
-        shared.clone(),
-        rx,
+    // the source rides out a broker that went away; a benchmark must not wait for it forever
+    tokio::time::timeout(
+        Duration::from_secs(600),
+        run_job(
+            graph,
+            RunOptions {
+                restore: RestoreFrom::Empty,
+                max_restarts: 0,
+                standby: false,
+                workers: None,
+            },
+            shared.clone(),
+            rx,
+        ),
     )
-    .await?;
+    .await
+    .map_err(|_| Error::Other("the job did not read the topic within 10 min".into()))??;
     let elapsed = start.elapsed();
     let _ = std::fs::remove_dir_all(&dir);
     Ok((

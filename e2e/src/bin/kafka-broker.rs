@@ -62,11 +62,18 @@ async fn main() -> anyhow::Result<()> {
             args.partitions, args.demo
         );
     }
-    println!("bootstrap: {}", kafka.bootstrap);
-    println!(
-        "sasl bootstrap (SASL_PLAINTEXT, PLAIN alice/alice-secret, SCRAM-SHA-256 bob/bob-secret): {}",
-        kafka.sasl_bootstrap
-    );
+    // a reader that stops reading (closes the pipe) must not end the broker
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout();
+        let _ = writeln!(
+            out,
+            "sasl bootstrap (SASL_PLAINTEXT, PLAIN alice/alice-secret, SCRAM-SHA-256 bob/bob-secret): {}",
+            kafka.sasl_bootstrap
+        );
+        let _ = writeln!(out, "bootstrap: {}", kafka.bootstrap);
+        let _ = out.flush();
+    }
     // until Ctrl-C, or until standard input closes (a parent process that went away)
     // (a plain thread: it must not keep the process alive after Ctrl-C)
     let (closed, stdin_closed) = tokio::sync::oneshot::channel::<()>();
