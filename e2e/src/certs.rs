@@ -68,6 +68,34 @@ fn leaf(dir: &Path, name: &str, subject: &str, ext: &str, ca: &CertPair) -> Resu
     Ok(CertPair { cert, key })
 }
 
+/// Makes a self-signed CA certificate `<name>.crt` with its key `<name>.key` in `dir`.
+fn self_signed_ca(dir: &Path, name: &str, subject: &str) -> Result<CertPair> {
+    let ca = CertPair {
+        cert: dir.join(format!("{name}.crt")),
+        key: dir.join(format!("{name}.key")),
+    };
+    genrsa(&ca.key)?;
+    run_checked(
+        openssl()
+            .args(["req", "-x509", "-new", "-nodes", "-key"])
+            .arg(&ca.key)
+            .args([
+                "-subj",
+                subject,
+                "-days",
+                "7",
+                "-sha256",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign",
+                "-out",
+            ])
+            .arg(&ca.cert),
+    )?;
+    Ok(ca)
+}
+
 const CLIENT_EXT: &str = "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n";
 
 impl Pki {
@@ -75,29 +103,7 @@ impl Pki {
     /// controller-manager and scheduler, and the service-account key pair, in `dir`.
     pub fn generate(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
-        let ca = CertPair {
-            cert: dir.join("ca.crt"),
-            key: dir.join("ca.key"),
-        };
-        genrsa(&ca.key)?;
-        run_checked(
-            openssl()
-                .args(["req", "-x509", "-new", "-nodes", "-key"])
-                .arg(&ca.key)
-                .args([
-                    "-subj",
-                    "/CN=streamjob-e2e-ca",
-                    "-days",
-                    "7",
-                    "-sha256",
-                    "-addext",
-                    "basicConstraints=critical,CA:TRUE",
-                    "-addext",
-                    "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign",
-                    "-out",
-                ])
-                .arg(&ca.cert),
-        )?;
+        let ca = self_signed_ca(dir, "ca", "/CN=streamjob-e2e-ca")?;
         let apiserver = leaf(
             dir,
             "apiserver",
@@ -182,4 +188,54 @@ pub fn write_kubeconfig(
     });
     let text = serde_yaml_ng::to_string(&doc)?;
     std::fs::write(path, text).ctx(|| format!("write {}", path.display()))
+}
+
+/// TLS material of a test Kafka broker, PEM files (OpenSSL 3 writes PKCS#8 keys, which Kafka's
+/// PEM key store requires).
+#[derive(Debug, Clone)]
+pub struct BrokerTls {
+    /// The CA that signed both certificates.
+    pub ca: CertPair,
+    /// The broker's serving certificate, for `127.0.0.1` and `localhost`.
+    pub server: CertPair,
+    /// `server`'s certificate followed by its key: Kafka's PEM key store file.
+    pub server_keystore: PathBuf,
+    /// A client certificate signed by `ca`, for mutual TLS.
+    pub client: CertPair,
+    /// A CA that signed nothing here: trusting it alone must fail the handshake.
+    pub stranger_ca: CertPair,
+}
+
+impl BrokerTls {
+    /// Generates the material in `dir`.
+    pub fn generate(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
+        let ca = self_signed_ca(dir, "kafka-ca", "/CN=streamjob-e2e-kafka-ca")?;
+        let server = leaf(
+            dir,
+            "kafka-server",
+            "/CN=localhost",
+            "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+            &ca,
+        )?;
+        let client = leaf(dir, "kafka-client", "/CN=streamjob-job", CLIENT_EXT, &ca)?;
+        let stranger_ca = self_signed_ca(dir, "stranger-ca", "/CN=someone-else")?;
+        let server_keystore = dir.join("kafka-server.pem");
+        let pem = [
+            std::fs::read_to_string(&server.cert)
+                .ctx(|| format!("read {}", server.cert.display()))?,
+            std::fs::read_to_string(&server.key)
+                .ctx(|| format!("read {}", server.key.display()))?,
+        ]
+        .concat();
+        std::fs::write(&server_keystore, pem)
+            .ctx(|| format!("write {}", server_keystore.display()))?;
+        Ok(Self {
+            ca,
+            server,
+            server_keystore,
+            client,
+            stranger_ca,
+        })
+    }
 }

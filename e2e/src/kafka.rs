@@ -1,7 +1,9 @@
 //! A real Apache Kafka broker for tests: the jars `e2e/scripts/install.sh` fetched from Maven
 //! Central (`STREAMJOB_E2E_KAFKA_LIB`), run as one KRaft node (broker and controller) on
 //! loopback ports, with its data and log in the run folder. Besides the plain listener it has a
-//! SASL_PLAINTEXT listener with a PLAIN user and a SCRAM-SHA-256 user, for the security tests.
+//! SASL_PLAINTEXT listener with a PLAIN user and a SCRAM-SHA-256 user, and a SASL_SSL listener
+//! that also requires a client certificate (mutual TLS, PEM files from [`BrokerTls`]), for the
+//! security tests.
 //!
 //! Helpers create topics, add partitions and produce records with rdkafka, the client the
 //! runtime uses.
@@ -13,10 +15,12 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::binaries::{cache_dir, env_file};
+use crate::certs::BrokerTls;
 use crate::error::{Error, IoContext, Result};
 use crate::process::{ManagedProcess, Watchdog, free_port, run_checked};
 
@@ -33,6 +37,10 @@ pub struct Kafka {
     pub bootstrap: String,
     /// `127.0.0.1:<port>` of the SASL_PLAINTEXT listener.
     pub sasl_bootstrap: String,
+    /// `127.0.0.1:<port>` of the SASL_SSL listener (client certificate required).
+    pub tls_bootstrap: String,
+    /// The CA, server and client certificates of the SASL_SSL listener.
+    pub tls: BrokerTls,
     /// How long start-up took (format + start until metadata answers).
     pub start_duration: Duration,
 }
@@ -115,17 +123,18 @@ impl Kafka {
             Some(p) => p,
             None => free_port()?,
         };
-        let (sasl_port, controller) = (free_port()?, free_port()?);
+        let (sasl_port, tls_port, controller) = (free_port()?, free_port()?, free_port()?);
         let data = dir.join("kafka-data");
+        let tls = BrokerTls::generate(&dir.join("tls"))?;
         let props = format!(
             "process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller}
-listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},CONTROLLER://127.0.0.1:{controller}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}
+listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},SASL_SSL://127.0.0.1:{tls_port},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},SASL_SSL://127.0.0.1:{tls_port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
 log.dirs={data}
 num.partitions=1
 auto.create.topics.enable=false
@@ -140,7 +149,16 @@ group.initial.rebalance.delay.ms=0
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_{pu}=\"{pp}\";
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_{pu}=\"{pp}\";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location={keystore}
+listener.name.sasl_ssl.ssl.truststore.type=PEM
+listener.name.sasl_ssl.ssl.truststore.location={truststore}
+listener.name.sasl_ssl.ssl.client.auth=required
 ",
+            keystore = tls.server_keystore.display(),
+            truststore = tls.ca.cert.display(),
             data = data.display(),
             pu = PLAIN_USER.0,
             pp = PLAIN_USER.1,
@@ -173,6 +191,8 @@ listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.com
             process,
             bootstrap: format!("127.0.0.1:{port}"),
             sasl_bootstrap: format!("127.0.0.1:{sasl_port}"),
+            tls_bootstrap: format!("127.0.0.1:{tls_port}"),
+            tls,
             start_duration: Duration::ZERO,
         };
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -211,6 +231,50 @@ listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.com
         c.set("bootstrap.servers", &self.bootstrap);
         c.set("group.id", "streamjob-e2e-probe");
         c
+    }
+
+    fn group_consumer(&self, group: &str) -> Result<BaseConsumer> {
+        let mut c = self.client_config();
+        c.set("group.id", group).set("enable.auto.commit", "false");
+        c.create()
+            .map_err(|e| Error::Other(format!("kafka consumer: {e}")))
+    }
+
+    /// Commits `offsets` (partition, next offset) of `topic` for consumer group `group`, as an
+    /// application that consumed the topic before would have.
+    pub fn commit_offsets(&self, group: &str, topic: &str, offsets: &[(i32, i64)]) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        for (p, o) in offsets {
+            tpl.add_partition_offset(topic, *p, Offset::Offset(*o))
+                .map_err(|e| Error::Other(format!("kafka: {e}")))?;
+        }
+        self.group_consumer(group)?
+            .commit(&tpl, CommitMode::Sync)
+            .map_err(|e| Error::Other(format!("kafka commit for group {group}: {e}")))
+    }
+
+    /// The offsets group `group` committed for partitions `0..partitions` of `topic` (`None`
+    /// where it committed none).
+    pub fn committed_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        partitions: i32,
+    ) -> Result<Vec<Option<i64>>> {
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        let got = self
+            .group_consumer(group)?
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .map_err(|e| Error::Other(format!("kafka committed offsets of {group}: {e}")))?;
+        Ok((0..partitions)
+            .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => Some(o),
+                _ => None,
+            })
+            .collect())
     }
 
     fn admin(&self) -> Result<AdminClient<DefaultClientContext>> {

@@ -7,7 +7,10 @@
 //!   produced records give: every record counted once, none missing.
 //! - Bad records: malformed values mixed into good ones under fail, skip and deadLetter.
 //! - SASL/SCRAM with credentials from the environment; a wrong password fails loudly without
-//!   printing it.
+//!   printing it. SASL_SSL with PLAIN and a client certificate; an untrusted broker certificate
+//!   fails loudly.
+//! - Start positions: timestamp, latest, and a consumer group's committed offsets (the job's
+//!   checkpoints commit back to the group).
 
 #![allow(clippy::unwrap_used)] // test code
 
@@ -20,7 +23,7 @@ use std::time::Duration;
 
 use arrow::array::AsArray;
 use arrow::datatypes::{DataType, Int64Type, TimeUnit};
-use streamjob_e2e::kafka::{Kafka, SCRAM_USER};
+use streamjob_e2e::kafka::{Kafka, PLAIN_USER, SCRAM_USER};
 use streamjob_e2e::process::Watchdog;
 
 /// Longest wait for one awaited log line.
@@ -712,5 +715,101 @@ fn start_positions_timestamp_and_latest() {
         assert_eq!(rows.len(), want.len(), "{name}: each record once");
         assert_eq!(ids, want, "{name}");
     }
+    drop(kafka);
+}
+
+#[test]
+fn group_offsets_and_tls_with_client_certificate_and_sasl_plain() {
+    let dir = tempfile::tempdir().unwrap();
+    let watchdog = Watchdog::start(dir.path()).unwrap();
+    let kafka = Kafka::start(&dir.path().join("kafka"), Some(&watchdog)).unwrap();
+    kafka.create_topic("grp", 2).unwrap();
+    // id on partition id % 2 at offset id / 2
+    kafka.produce("grp", &batch(0..100, T0, 2)).unwrap();
+
+    // startingOffsets: committed starts where an application's group left off; the job's
+    // checkpoints commit their offsets back to the group (the final one included)
+    kafka
+        .commit_offsets("legacy-app", "grp", &[(0, 20), (1, 30)])
+        .unwrap();
+    let start = "\n          startingOffsets: committed\n          groupId: legacy-app";
+    let m = print_manifest(
+        dir.path(),
+        "from-group",
+        &kafka.bootstrap,
+        "grp",
+        "fail",
+        start,
+    );
+    let (code, stdout, _) = Run::start(&["run", m.to_str().unwrap()], &[]).finish();
+    assert_eq!(code, 0);
+    let want: BTreeSet<i64> = (0..100)
+        .filter(|id| id / 2 >= if id % 2 == 0 { 20 } else { 30 })
+        .collect();
+    let rows = printed(&stdout);
+    assert_eq!(
+        rows.len(),
+        want.len(),
+        "each record after the group's offsets once"
+    );
+    assert_eq!(rows.iter().map(|r| r.0).collect::<BTreeSet<_>>(), want);
+    assert_eq!(
+        kafka.committed_offsets("legacy-app", "grp", 2).unwrap(),
+        vec![Some(50), Some(50)],
+        "the offsets of the final checkpoint are committed to the group"
+    );
+
+    // SASL_SSL: the broker's CA, a client certificate (the listener requires one) and a PLAIN
+    // user, all from the environment the operator fills from Secrets
+    let security = "\n          security:\n            protocol: SASL_SSL\n            sasl: {mechanism: PLAIN, secretName: kafka-user}\n            tls: {secretName: kafka-tls, caKey: ca.crt, certKey: tls.crt, keyKey: tls.key}";
+    let pem = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let (ca, cert, key) = (
+        pem(&kafka.tls.ca.cert),
+        pem(&kafka.tls.client.cert),
+        pem(&kafka.tls.client.key),
+    );
+    let stranger = pem(&kafka.tls.stranger_ca.cert);
+    let env = |ca: &str| {
+        vec![
+            ("STREAMJOB_KAFKA_IN_SASL_USERNAME", PLAIN_USER.0.to_string()),
+            ("STREAMJOB_KAFKA_IN_SASL_PASSWORD", PLAIN_USER.1.to_string()),
+            ("STREAMJOB_KAFKA_IN_TLS_CA", ca.to_string()),
+            ("STREAMJOB_KAFKA_IN_TLS_CERT", cert.clone()),
+            ("STREAMJOB_KAFKA_IN_TLS_KEY", key.clone()),
+        ]
+    };
+    let secret_printed = |lines: &str| {
+        lines.contains(PLAIN_USER.1)
+            || lines.contains("PRIVATE KEY")
+            || lines.contains(&key[40..80])
+    };
+    let m = print_manifest(
+        dir.path(),
+        "tls",
+        &kafka.tls_bootstrap,
+        "grp",
+        "fail",
+        security,
+    );
+    let good = env(&ca);
+    let good: Vec<(&str, &str)> = good.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (code, stdout, rest) = Run::start(&["run", m.to_str().unwrap()], &good).finish();
+    assert_eq!(code, 0);
+    let rows = printed(&stdout);
+    assert_eq!(rows.len(), 100, "every record once over TLS");
+    assert!(!secret_printed(&[stdout, rest].concat().join("\n")));
+
+    // a CA that did not sign the broker's certificate fails the job loudly
+    let bad = env(&stranger);
+    let bad: Vec<(&str, &str)> = bad.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let (code, stdout, rest) =
+        Run::start(&["run", m.to_str().unwrap(), "--max-restarts", "0"], &bad).finish();
+    assert_ne!(code, 0, "an untrusted broker certificate fails the job");
+    let all = [stdout, rest].concat().join("\n");
+    assert!(
+        all.contains("certificate verify failed") || all.contains("SSL handshake failed"),
+        "the error says the TLS handshake failed: {all}"
+    );
+    assert!(!secret_printed(&all), "no credential is printed");
     drop(kafka);
 }

@@ -3,6 +3,7 @@
 //!
 //! A frame is `u32 length (big endian) | u8 tag | payload`; `length` counts tag and payload.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch};
@@ -192,6 +193,15 @@ pub struct StepCounters {
     pub bad_records_dead_letter: u64,
     pub bad_records_failed: u64,
     pub late_records_dropped: u64,
+    /// Sources: why the source cannot make progress (see [`OperatorMetrics::problem`]).
+    ///
+    /// [`OperatorMetrics::problem`]: crate::metrics::OperatorMetrics::problem
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// Kafka sources: lag per `topic/partition` (each partition is read by one subtask, so the
+    /// workers' maps never overlap).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lag: BTreeMap<String, i64>,
 }
 
 impl StepCounters {
@@ -205,6 +215,8 @@ impl StepCounters {
             bad_records_dead_letter: m.bad_records_dead_letter.load(Relaxed),
             bad_records_failed: m.bad_records_failed.load(Relaxed),
             late_records_dropped: m.late_records_dropped.load(Relaxed),
+            problem: m.problem.lock().ok().and_then(|p| p.clone()),
+            lag: m.lag.lock().map(|l| l.clone()).unwrap_or_default(),
         }
     }
 
@@ -216,6 +228,11 @@ impl StepCounters {
         self.bad_records_dead_letter += other.bad_records_dead_letter;
         self.bad_records_failed += other.bad_records_failed;
         self.late_records_dropped += other.late_records_dropped;
+        if self.problem.is_none() {
+            self.problem.clone_from(&other.problem);
+        }
+        self.lag
+            .extend(other.lag.iter().map(|(k, v)| (k.clone(), *v)));
     }
 
     /// Sets `m` to these counters.
@@ -230,6 +247,12 @@ impl StepCounters {
         m.bad_records_failed.store(self.bad_records_failed, Relaxed);
         m.late_records_dropped
             .store(self.late_records_dropped, Relaxed);
+        if let Ok(mut p) = m.problem.lock() {
+            p.clone_from(&self.problem);
+        }
+        if let Ok(mut l) = m.lag.lock() {
+            l.clone_from(&self.lag);
+        }
     }
 }
 
@@ -474,6 +497,45 @@ mod tests {
     use arrow::datatypes::Int32Type;
 
     use super::*;
+
+    #[test]
+    fn worker_counters_carry_lag_and_source_problems_to_the_coordinator() {
+        let a = StepCounters {
+            records_in: 3,
+            lag: [("t/0".to_string(), 5)].into(),
+            ..Default::default()
+        };
+        let b = StepCounters {
+            records_in: 4,
+            problem: Some("brokers unreachable".into()),
+            lag: [("t/1".to_string(), 7)].into(),
+            ..Default::default()
+        };
+        let m = crate::metrics::OperatorMetrics::new("in");
+        let mut total = StepCounters::default();
+        total.add(&a);
+        total.add(&b);
+        total.write(&m);
+        assert_eq!(m.records_in.load(std::sync::atomic::Ordering::Relaxed), 7);
+        assert_eq!(m.lag.lock().unwrap().values().sum::<i64>(), 12);
+        assert_eq!(
+            m.problem.lock().unwrap().as_deref(),
+            Some("brokers unreachable")
+        );
+        // the problem clears once no worker reports it
+        let mut total = StepCounters::default();
+        total.add(&a);
+        total.write(&m);
+        assert_eq!(*m.problem.lock().unwrap(), None);
+        assert_eq!(StepCounters::read(&m), a);
+        // a report from a worker without these fields still parses
+        let old: StepCounters = serde_json::from_str(
+            r#"{"recordsIn":1,"recordsOut":0,"badRecordsSkipped":0,"badRecordsDeadLetter":0,"badRecordsFailed":0,"lateRecordsDropped":0}"#,
+        )
+        .unwrap();
+        assert_eq!(old.records_in, 1);
+        assert!(old.lag.is_empty());
+    }
 
     fn batch(ids: &[u64], names: &[&str]) -> DataBatch {
         let schema = Arc::new(Schema::new(vec![
