@@ -14,6 +14,7 @@ pub mod cli;
 pub mod cluster;
 pub mod control;
 pub mod coordinator;
+pub mod dead_letter;
 pub mod error;
 pub mod graph;
 pub mod keygroups;

@@ -120,6 +120,21 @@ pub struct BadRecord {
     pub record: String,
     /// Why it was rejected.
     pub reason: String,
+    /// Where a source read it; dead letters with an origin are written exactly once.
+    pub origin: Option<RecordOrigin>,
+}
+
+/// Where a source read a record: the same record read again (after a restore) has the same
+/// origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordOrigin {
+    /// A file's path or a Kafka `topic/partition`; a path of the dead-letter objects.
+    pub stream: String,
+    /// Groups records of a stream into one dead-letter object; chosen by the source so that a
+    /// replay puts a record in the same group.
+    pub bucket: u64,
+    /// The record's position in the stream (byte offset in a file, Kafka offset).
+    pub offset: u64,
 }
 
 /// The longest excerpt of a bad record quoted in error messages, logs, status and events.
@@ -150,7 +165,20 @@ impl Collector {
     /// `onBadRecord` policy: the subtask fails (`fail`), or the record is counted and dropped
     /// (`skip`) or written to `deadLetterPath` (`deadLetter`).
     pub fn bad_record(&mut self, record: String, reason: String) {
-        self.bad_records.push(BadRecord { record, reason });
+        self.bad_records.push(BadRecord {
+            record,
+            reason,
+            origin: None,
+        });
+    }
+
+    /// [`Collector::bad_record`] for a source that knows where it read the record.
+    pub fn bad_record_at(&mut self, origin: RecordOrigin, record: String, reason: String) {
+        self.bad_records.push(BadRecord {
+            record,
+            reason,
+            origin: Some(origin),
+        });
     }
 
     /// Batches emitted so far (used by tests and by chained drivers).

@@ -138,6 +138,15 @@ impl Location {
         r.bytes().await.map_err(|e| self.err(rel, e))
     }
 
+    /// Reads an object, or `None` when there is none.
+    pub async fn get_if_exists(&self, rel: &str) -> Result<Option<Bytes>> {
+        match self.store.get(&self.path(rel)).await {
+            Ok(r) => Ok(Some(r.bytes().await.map_err(|e| self.err(rel, e))?)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err(rel, e)),
+        }
+    }
+
     /// Reads a byte range of an object (files sources read large files chunk by chunk).
     pub async fn get_range(&self, rel: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
         self.store

@@ -330,22 +330,7 @@ async fn handle_bad_records(setup: &TaskSetup, out: &mut Collector) -> Result<()
                     setup.ctx.uid
                 )));
             };
-            let mut text = String::new();
-            for b in &bad {
-                text.push_str(
-                    &serde_json::json!({"uid": setup.ctx.uid, "subtask": setup.ctx.subtask,
-                        "record": b.record, "reason": b.reason, "time": chrono::Utc::now().to_rfc3339()})
-                    .to_string(),
-                );
-                text.push('\n');
-            }
-            let name = format!(
-                "{}/subtask-{}-{}.jsonl",
-                setup.ctx.uid,
-                setup.ctx.subtask,
-                chrono::Utc::now().format("%Y%m%dT%H%M%S%.6f")
-            );
-            dl.put(&name, text.into_bytes()).await
+            crate::dead_letter::write(dl, &setup.ctx.uid, setup.ctx.subtask, &bad).await
         }
     }
 }

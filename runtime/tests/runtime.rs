@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -158,6 +158,16 @@ impl Running {
     /// Waits for a log line containing `needle`.
     fn wait_line(&self, needle: &str) -> Option<String> {
         self.stderr.iter().find(|l| l.contains(needle))
+    }
+
+    /// [`Running::finish`] with the log lines too (those not consumed by a wait).
+    fn finish_with_log(mut self) -> (i32, Vec<String>, Vec<String>) {
+        let status = self.child.wait().unwrap();
+        self.stdout_done.join().unwrap();
+        let stdout = self.stdout.lock().unwrap().clone();
+        // the log's reader thread ends at the end of the stream, after the exit
+        let log = self.stderr.iter().collect();
+        (status.code().unwrap_or(-1), stdout, log)
     }
 
     fn finish(mut self) -> (i32, Vec<String>) {
@@ -690,6 +700,131 @@ fn files_source_with_dead_letter_policy() {
     assert!(
         dead.contains("not json") && dead.contains("\"uid\":\"in\""),
         "{dead}"
+    );
+}
+
+/// A CSV file of `rows` rows with malformed ones mixed in (a word for a number, a missing field,
+/// an extra field) and good rows with quoted delimiters and line ends: the (user, amount) of the
+/// good rows and the number of bad ones.
+fn write_mixed_csv(path: &Path, rows: i64) -> (Vec<(String, i64)>, usize) {
+    let mut text = String::from("user,amount\n");
+    let (mut good, mut bad) = (Vec::new(), 0);
+    for i in 0..rows {
+        match i % 97 {
+            7 => text.push_str(&format!("u{i},seven{}\n", "!".repeat(3000))),
+            31 => text.push_str(&format!("u{i}\n")),
+            60 => text.push_str(&format!("u{i},{i},extra\n")),
+            13 => {
+                text.push_str(&format!("\"u,{i}\n(two lines)\",{i}\n"));
+                good.push((format!("u,{i}\n(two lines)"), i));
+                continue;
+            }
+            _ => {
+                text.push_str(&format!("u{i},{i}\n"));
+                good.push((format!("u{i}"), i));
+                continue;
+            }
+        }
+        bad += 1;
+    }
+    std::fs::write(path, text).unwrap();
+    (good, bad)
+}
+
+fn bad_csv_manifest(dir: &Path, name: &str, policy: &str) -> PathBuf {
+    let m = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &m,
+        format!(
+            "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata: {{name: {name}}}\nspec:\n  image: x\n  parallelism: 2\n  deadLetterPath: {dl}\n  checkpoints: {{dir: {ck}, interval: 1s}}\n  pipeline:\n    - uid: in\n      onBadRecord: {policy}\n      source:\n        files:\n          path: {input}\n          format: {{csv: {{header: true}}}}\n          schema: [{{name: user, type: string}}, {{name: amount, type: int64}}]\n    - uid: out\n      print: {{}}\n",
+            dl = dir.join("dead").display(),
+            ck = dir.join(format!("ck-{name}")).display(),
+            input = dir.join("in").display(),
+        ),
+    )
+    .unwrap();
+    m
+}
+
+/// Issue #19: one malformed CSV row used to cost every row of its file under `skip`, and `fail`
+/// quoted the rest of the file.
+#[test]
+fn files_source_bad_csv_rows_cost_only_themselves_under_every_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("in")).unwrap();
+    let (mut good, bad) = write_mixed_csv(&dir.path().join("in/a.csv"), 5000);
+    good.sort();
+    let printed = |stdout: &[String]| {
+        let mut rows: Vec<(String, i64)> = stdout
+            .iter()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["user"].as_str().unwrap().to_string(),
+                    v["amount"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+
+    // skip: every good row once
+    let m = bad_csv_manifest(dir.path(), "skip", "skip");
+    let (code, stdout) = start(&["run", m.to_str().unwrap()]).finish();
+    assert_eq!(code, 0);
+    assert_eq!(
+        printed(&stdout),
+        good,
+        "every good row once, {bad} bad rows skipped"
+    );
+
+    // fail: a non-zero exit naming the file and the byte, quoting a short excerpt
+    let m = bad_csv_manifest(dir.path(), "fail", "fail");
+    let (code, _, log) =
+        start(&["run", m.to_str().unwrap(), "--max-restarts", "0"]).finish_with_log();
+    assert_ne!(code, 0);
+    let err = log
+        .iter()
+        .find(|l| l.contains("onBadRecord"))
+        .unwrap_or_else(|| panic!("no bad-record error in {log:?}"));
+    assert!(err.contains("a.csv at byte "), "{err}");
+    assert!(
+        err.len() < 2_000,
+        "a short excerpt, not the file: {} bytes",
+        err.len()
+    );
+
+    // deadLetter: twice over the same input (a replay, as after a restore from an early
+    // checkpoint): the good rows each time, every bad row in the dead letters exactly once
+    let m = bad_csv_manifest(dir.path(), "dlq", "deadLetter");
+    for _ in 0..2 {
+        let (code, stdout) = start(&["run", m.to_str().unwrap()]).finish();
+        assert_eq!(code, 0);
+        assert_eq!(printed(&stdout), good);
+    }
+    let mut letters = Vec::new();
+    for p in walk(&dir.path().join("dead")) {
+        for line in std::fs::read_to_string(p).unwrap().lines() {
+            letters.push(serde_json::from_str::<serde_json::Value>(line).unwrap());
+        }
+    }
+    assert_eq!(
+        letters.len(),
+        bad,
+        "one dead letter per bad row: {letters:?}"
+    );
+    let offsets: BTreeSet<u64> = letters
+        .iter()
+        .map(|l| l["offset"].as_u64().unwrap())
+        .collect();
+    assert_eq!(offsets.len(), bad);
+    assert!(
+        letters
+            .iter()
+            .any(|l| l["record"].as_str().unwrap().len() > 3000),
+        "a dead letter keeps the whole record"
     );
 }
 

@@ -23,7 +23,7 @@ use streamjob_crds::v1alpha1::{
 use crate::error::{Error, Result};
 use crate::keygroups::{FNV_OFFSET_BASIS, stable_hash};
 use crate::operator::{
-    Collector, DataBatch, OperatorContext, RestoredState, SourceOperator, SourcePoll,
+    Collector, DataBatch, OperatorContext, RecordOrigin, RestoredState, SourceOperator, SourcePoll,
     StateDescriptor, SubtaskSnapshot, decode_state, encode_state,
 };
 use crate::storage::Location;
@@ -279,65 +279,78 @@ impl FilesSource {
         Ok(())
     }
 
-    /// Parses complete lines of a row-format file; `at_start`: these bytes begin the file (CSV
-    /// header).
+    /// Parses the complete records of a row-format chunk that starts at byte `base` of `file`;
+    /// `at_start`: the chunk begins the file (CSV header). A chunk that does not parse as a whole
+    /// is parsed again record by record, so a bad record costs only itself: it is reported with
+    /// its byte offset and the good records around it are kept.
     fn parse_rows(
         plan: &FilesSourcePlan,
         file: &str,
         bytes: Bytes,
+        base: u64,
         at_start: bool,
         out: &mut Collector,
     ) -> Result<Vec<RecordBatch>> {
         let schema = plan.schema.clone();
-        match &plan.format {
-            FileFormat::Parquet => Err(Error::Unsupported(format!(
-                "{file}: Parquet is not a row format"
-            ))),
+        let (header, records) = match &plan.format {
+            FileFormat::Parquet => {
+                return Err(Error::Unsupported(format!(
+                    "{file}: Parquet is not a row format"
+                )));
+            }
             FileFormat::JsonLines => {
-                let whole = arrow::json::ReaderBuilder::new(schema.clone())
-                    .with_batch_size(BATCH_ROWS)
-                    .build(Cursor::new(bytes.clone()))
-                    .and_then(|r| r.collect::<std::result::Result<Vec<_>, _>>());
-                match whole {
-                    Ok(b) => Ok(b),
-                    Err(_) => {
-                        // line by line, reporting the bad ones
-                        let mut good = Vec::new();
-                        for line in bytes.split(|b| *b == b'\n') {
-                            if line.iter().all(u8::is_ascii_whitespace) {
-                                continue;
-                            }
-                            let r = arrow::json::ReaderBuilder::new(schema.clone())
-                                .build(Cursor::new(line.to_vec()))
-                                .and_then(|r| r.collect::<std::result::Result<Vec<_>, _>>());
-                            match r {
-                                Ok(b) => good.extend(b),
-                                Err(e) => out.bad_record(
-                                    String::from_utf8_lossy(line).to_string(),
-                                    format!("{file}: {e}"),
-                                ),
-                            }
-                        }
-                        Ok(good)
-                    }
+                let lines = json_lines(&bytes);
+                // one row per line: two objects on a line parse, but are a bad record
+                if let Ok(b) = parse_json(&schema, bytes.clone())
+                    && b.iter().map(RecordBatch::num_rows).sum::<usize>() == lines.len()
+                {
+                    return Ok(b);
                 }
+                (false, lines)
             }
             FileFormat::Csv { header, delimiter } => {
-                let r = arrow::csv::ReaderBuilder::new(schema)
-                    .with_header(*header && at_start)
-                    .with_delimiter(*delimiter)
-                    .with_batch_size(BATCH_ROWS)
-                    .build(Cursor::new(bytes))?;
-                let mut v = Vec::new();
-                for b in r {
-                    match b {
-                        Ok(b) => v.push(b),
-                        Err(e) => out.bad_record(String::new(), format!("{file}: {e}")),
-                    }
+                let header = *header && at_start;
+                if let Ok(b) = parse_csv(&schema, bytes.clone(), header, *delimiter) {
+                    return Ok(b);
                 }
-                Ok(v)
+                (header, csv_records(&bytes, *delimiter))
             }
+        };
+        let mut good = Vec::new();
+        for (at, raw) in records.into_iter().skip(usize::from(header)) {
+            let parsed = match &plan.format {
+                FileFormat::Csv { delimiter, .. } => {
+                    parse_csv(&schema, bytes.slice(at..at + raw), false, *delimiter)
+                }
+                _ => parse_json(&schema, bytes.slice(at..at + raw)),
+            };
+            let offset = base + at as u64;
+            let reason = match parsed {
+                Ok(b) if b.iter().map(RecordBatch::num_rows).sum::<usize>() == 1 => {
+                    good.extend(b);
+                    continue;
+                }
+                Ok(b) => format!(
+                    "{} rows in one record",
+                    b.iter().map(RecordBatch::num_rows).sum::<usize>()
+                ),
+                Err(e) => e.to_string(),
+            };
+            let text = String::from_utf8_lossy(&bytes[at..at + raw]);
+            out.bad_record_at(
+                RecordOrigin {
+                    stream: file.to_string(),
+                    bucket: base,
+                    offset,
+                },
+                text.trim_end_matches(['\r', '\n']).to_string(),
+                format!("{file} at byte {offset}: {reason}"),
+            );
         }
+        if good.is_empty() {
+            return Ok(good);
+        }
+        Ok(vec![arrow::compute::concat_batches(&schema, &good)?])
     }
 
     /// Opens a file at the position its split's state records.
@@ -408,12 +421,17 @@ impl FilesSource {
                 }
                 // the last line has no line end
                 let data = Bytes::from(std::mem::take(&mut reader.carry));
-                let at_start = reader.line_offset == 0;
+                let base = reader.line_offset;
                 reader.chunk_start = (reader.line_offset, reader.rows);
                 reader.line_offset = reader.size;
-                reader
-                    .pending
-                    .extend(Self::parse_rows(plan, &reader.file, data, at_start, out)?);
+                reader.pending.extend(Self::parse_rows(
+                    plan,
+                    &reader.file,
+                    data,
+                    base,
+                    base == 0,
+                    out,
+                )?);
                 return Ok(true);
             }
             let end = (reader.next_offset + chunk_bytes).min(reader.size);
@@ -427,24 +445,25 @@ impl FilesSource {
             let cut = if end == reader.size {
                 data.len()
             } else {
-                match data.iter().rposition(|b| *b == b'\n') {
-                    Some(i) => i + 1,
+                match complete_records(&plan.format, &data) {
+                    Some(i) => i,
                     None => {
-                        // a line longer than a chunk: fetch more
+                        // a record longer than a chunk: fetch more
                         reader.carry = data;
                         continue;
                     }
                 }
             };
             reader.carry = data.split_off(cut);
-            let at_start = reader.line_offset == 0;
+            let base = reader.line_offset;
             reader.chunk_start = (reader.line_offset, reader.rows);
             reader.line_offset += cut as u64;
             reader.pending.extend(Self::parse_rows(
                 plan,
                 &reader.file,
                 Bytes::from(data),
-                at_start,
+                base,
+                base == 0,
                 out,
             )?);
             return Ok(true);
@@ -467,6 +486,96 @@ impl FilesSource {
             }
         }
     }
+}
+
+/// All rows of JSON lines.
+fn parse_json(schema: &SchemaRef, bytes: Bytes) -> Result<Vec<RecordBatch>> {
+    Ok(arrow::json::ReaderBuilder::new(schema.clone())
+        .with_batch_size(BATCH_ROWS)
+        .build(Cursor::new(bytes))?
+        .collect::<std::result::Result<Vec<_>, _>>()?)
+}
+
+/// All rows of CSV records.
+fn parse_csv(
+    schema: &SchemaRef,
+    bytes: Bytes,
+    header: bool,
+    delimiter: u8,
+) -> Result<Vec<RecordBatch>> {
+    Ok(arrow::csv::ReaderBuilder::new(schema.clone())
+        .with_header(header)
+        .with_delimiter(delimiter)
+        .with_batch_size(BATCH_ROWS)
+        .build(Cursor::new(bytes))?
+        .collect::<std::result::Result<Vec<_>, _>>()?)
+}
+
+/// The length of the complete records at the start of `data` (a chunk that starts at a record
+/// boundary and is not the end of its file), or `None` when it holds no complete record. CSV
+/// fields in quotes may hold line ends, so with quotes in the chunk the cut is at the end of the
+/// second-to-last record the `csv` crate finds (the last one may go on in the next chunk).
+fn complete_records(format: &FileFormat, data: &[u8]) -> Option<usize> {
+    let last_line_end = || data.iter().rposition(|b| *b == b'\n').map(|i| i + 1);
+    match format {
+        FileFormat::Csv { delimiter, .. } if data.contains(&b'"') => {
+            let records = csv_records(data, *delimiter);
+            let cut = match records.as_slice() {
+                [.., (start, len), _] => start + len,
+                _ => return None,
+            };
+            // csv_records skips blank lines between records: keep them with the next one
+            Some(cut)
+        }
+        _ => last_line_end(),
+    }
+}
+
+/// (start, length) of each line that is not blank.
+fn json_lines(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for line in bytes.split_inclusive(|b| *b == b'\n') {
+        if !line.iter().all(u8::is_ascii_whitespace) {
+            out.push((start, line.len()));
+        }
+        start += line.len();
+    }
+    out
+}
+
+/// (start, length) of each CSV record, its line end included. Records are split by the `csv`
+/// crate, so a quoted field may hold line ends; a record with too many or too few fields is still
+/// one record (its parse fails on its own).
+fn csv_records(bytes: &[u8], delimiter: u8) -> Vec<(usize, usize)> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(delimiter)
+        .from_reader(bytes);
+    let mut record = csv::ByteRecord::new();
+    let mut out = Vec::new();
+    let mut start = 0usize;
+    // reading a byte record from memory cannot fail; stop at the end (or, defensively, at an
+    // error, leaving the rest as one record so nothing is silently dropped)
+    while let Ok(true) = reader.read_byte_record(&mut record) {
+        let end = usize::try_from(reader.position().byte()).unwrap_or(bytes.len());
+        if end <= start {
+            break;
+        }
+        // blank lines before a record belong to no record
+        while start < end && matches!(bytes[start], b'\n' | b'\r') {
+            start += 1;
+        }
+        if !bytes[start..end].iter().all(u8::is_ascii_whitespace) {
+            out.push((start, end - start));
+        }
+        start = end;
+    }
+    if start < bytes.len() && !bytes[start..].iter().all(u8::is_ascii_whitespace) {
+        out.push((start, bytes.len() - start));
+    }
+    out
 }
 
 impl SourceOperator for FilesSource {
@@ -696,6 +805,123 @@ mod tests {
             ids.extend(rest);
             assert_eq!(ids, expected, "restore after {cut} batches");
         }
+    }
+
+    /// One file of good rows with bad ones mixed in (and, in CSV, quoted line ends in good
+    /// rows): the ids of the good rows and the byte offsets of the bad ones.
+    fn write_mixed(dir: &std::path::Path, csv: bool) -> (Vec<i64>, BTreeSet<u64>) {
+        let mut text = if csv {
+            "id,name\n".to_string()
+        } else {
+            String::new()
+        };
+        let (mut good, mut bad) = (Vec::new(), BTreeSet::new());
+        for i in 0..200i64 {
+            let line = match (i % 23, csv) {
+                (5, true) => "x,abc\n".to_string(),
+                (11, true) => format!("{i}\n"),
+                (17, true) => format!("{i},a,b\n"),
+                (5, false) => "not json\n".to_string(),
+                (11, false) => format!("{{\"id\":\"s{i}\",\"name\":\"a\"}}\n"),
+                (17, false) => {
+                    format!("{{\"id\":{i},\"name\":\"a\"}} {{\"id\":{i},\"name\":\"b\"}}\n")
+                }
+                (3 | 8 | 14 | 20, true) => format!("{i},\"two\nlines\"\n"),
+                (_, true) => format!("{i},n{i}\n"),
+                (_, false) => format!("{{\"id\":{i},\"name\":\"n{i}\"}}\n"),
+            };
+            if matches!(i % 23, 5 | 11 | 17) {
+                bad.insert(text.len() as u64);
+            } else {
+                good.push(i);
+            }
+            text.push_str(&line);
+        }
+        std::fs::write(dir.join("m.data"), text).unwrap();
+        (good, bad)
+    }
+
+    /// Reads up to `limit` batches: the ids read, the offsets of the bad records reported, and
+    /// whether the source finished.
+    async fn read_mixed(s: &mut FilesSource, limit: usize) -> (Vec<i64>, Vec<u64>, bool) {
+        let (mut ids, mut out) = (Vec::new(), Collector::default());
+        let mut done = false;
+        for _ in 0..limit {
+            match s.poll_next(&ctx(), &mut out).await.unwrap() {
+                SourcePoll::Batch(b, _) => {
+                    let col = b.records.column(0).as_primitive::<Int64Type>();
+                    ids.extend(col.values().iter().copied());
+                }
+                SourcePoll::Finished => {
+                    done = true;
+                    break;
+                }
+                SourcePoll::Idle(_) => unreachable!("no discovery"),
+            }
+        }
+        for b in &out.bad_records {
+            let o = b.origin.as_ref().unwrap();
+            assert_eq!(o.stream, "m.data");
+            assert!(
+                b.reason
+                    .starts_with(&format!("m.data at byte {}: ", o.offset)),
+                "{b:?}"
+            );
+            assert!(!b.record.is_empty() && !b.record.ends_with('\n'), "{b:?}");
+        }
+        let bad = out
+            .bad_records
+            .iter()
+            .map(|b| b.origin.as_ref().unwrap().offset);
+        (ids, bad.collect(), done)
+    }
+
+    async fn bad_records_one_by_one(csv: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let (good, bad) = write_mixed(dir.path(), csv);
+        let p = plan(dir.path(), csv).await;
+        let mut s = source(&p, RestoredState::default()).await;
+        let (ids, reported, done) = read_mixed(&mut s, usize::MAX).await;
+        assert!(done);
+        assert_eq!(ids, good, "every good record once, in order");
+        assert_eq!(reported.iter().copied().collect::<BTreeSet<_>>(), bad);
+        assert_eq!(reported.len(), bad.len(), "each bad record reported once");
+        // a restore re-reads from the start of the chunk it was in: every good record still
+        // once, and each bad record reported again at the same offset (dead letters merge them)
+        for cut in [1, 3, 7, 20, 60] {
+            let mut s = source(&p, RestoredState::default()).await;
+            let (mut ids, mut reported, done) = read_mixed(&mut s, cut).await;
+            if done {
+                continue;
+            }
+            let snap = s.snapshot_state(&ctx(), 1).await.unwrap();
+            let restored = RestoredState {
+                checkpoint_id: Some(1),
+                keyed: snap.keyed,
+                ..Default::default()
+            };
+            let mut r = source(&p, restored).await;
+            let (rest, again, done) = read_mixed(&mut r, usize::MAX).await;
+            assert!(done);
+            ids.extend(rest);
+            reported.extend(again);
+            assert_eq!(ids, good, "restore after {cut} batches");
+            assert_eq!(
+                reported.into_iter().collect::<BTreeSet<_>>(),
+                bad,
+                "cut {cut}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn csv_bad_records_cost_only_themselves_across_restores() {
+        bad_records_one_by_one(true).await;
+    }
+
+    #[tokio::test]
+    async fn json_bad_records_cost_only_themselves_across_restores() {
+        bad_records_one_by_one(false).await;
     }
 
     #[tokio::test]

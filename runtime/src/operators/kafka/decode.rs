@@ -12,7 +12,7 @@ use arrow::record_batch::RecordBatch;
 use streamjob_crds::v1alpha1::KafkaMetadataColumn;
 
 use crate::error::{Error, Result};
-use crate::operator::Collector;
+use crate::operator::{Collector, RecordOrigin};
 
 /// How record values are encoded.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,6 +78,19 @@ pub fn position(r: &RawRecord) -> String {
     format!("{}/{}@{}", r.topic, r.partition, r.offset)
 }
 
+/// Offsets of a partition per dead-letter object.
+const DEAD_LETTER_OFFSETS: u64 = 100_000;
+
+/// Where `r` was read, for dead letters written exactly once.
+fn origin(r: &RawRecord) -> RecordOrigin {
+    let offset = u64::try_from(r.offset).unwrap_or(0);
+    RecordOrigin {
+        stream: format!("{}/{}", r.topic, r.partition),
+        bucket: offset / DEAD_LETTER_OFFSETS,
+        offset,
+    }
+}
+
 impl ValueDecoder {
     /// A decoder; fails when a metadata column's name clashes with a value column.
     pub fn new(
@@ -133,7 +146,8 @@ impl ValueDecoder {
                 let mut kept = Vec::with_capacity(good.len());
                 for r in good {
                     if r.value.is_none() {
-                        out.bad_record(
+                        out.bad_record_at(
+                            origin(r),
                             String::new(),
                             format!("{}: the record has no value (a tombstone)", position(r)),
                         );
@@ -144,7 +158,8 @@ impl ValueDecoder {
                             batches.push(b);
                             kept.push(r);
                         }
-                        Err(reason) => out.bad_record(
+                        Err(reason) => out.bad_record_at(
+                            origin(r),
                             String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
                                 .into_owned(),
                             format!("{}: {reason}", position(r)),
