@@ -16,6 +16,7 @@ use crate::graph::{JobGraph, Node, Partition};
 use crate::keygroups::key_group_range;
 use crate::metrics::{JobMetrics, OperatorMetrics};
 use crate::operator::OperatorContext;
+use crate::restart::{RestartDecision, RestartPolicy, Restarts};
 use crate::restore::check_restore;
 use crate::snapshot::{
     FORMAT_VERSION, LoadedSnapshot, METADATA_FILE, OperatorMeta, ResumeChoice, SnapshotKind,
@@ -23,8 +24,8 @@ use crate::snapshot::{
 };
 use crate::storage::Location;
 use crate::task::{
-    Barrier, BarrierKind, CHANNEL_CAPACITY, Element, Output, RESTART_DELAY, TaskCommand, TaskEvent,
-    TaskSetup, run_operator, run_source,
+    Barrier, BarrierKind, CHANNEL_CAPACITY, Element, Output, TaskCommand, TaskEvent, TaskSetup,
+    run_operator, run_source,
 };
 
 /// Where a run starts from.
@@ -816,9 +817,10 @@ async fn run_session(
     if let Ok(mut m) = shared.metrics.operators.lock() {
         *m = metrics.clone();
     }
-    let mut restarts = 0u32;
+    let mut restarts = Restarts::new(RestartPolicy::exponential(max_restarts));
     let mut queued: Vec<ControlRequest> = Vec::new();
     loop {
+        let started = std::time::Instant::now();
         let attempt = match workers {
             None => spawn_attempt(graph, snapshot.as_ref(), &metrics),
             Some(w) => w
@@ -861,20 +863,40 @@ async fn run_session(
                 return Ok(outcome);
             }
             Err((e, latest)) => {
-                restarts += 1;
                 shared.update(|s| s.failure = Some(e.to_string()));
-                // a process asked to shut down does not restart: the next one resumes
-                if restarts > max_restarts || shared.shutdown.load(Ordering::SeqCst) {
-                    shared.set_state("failed");
-                    return Err(Error::TooManyRestarts {
-                        restarts: restarts - 1,
-                        last: e.to_string(),
-                    });
-                }
+                let decision = restarts.on_failure(started.elapsed(), rand::random::<f64>());
+                let delay = match decision {
+                    // a process asked to shut down does not restart: the next one resumes
+                    RestartDecision::Restart { delay, .. }
+                        if !shared.shutdown.load(Ordering::SeqCst) =>
+                    {
+                        delay
+                    }
+                    RestartDecision::Restart { restart, .. } => {
+                        return Err(gave_up(shared, restart - 1, &e));
+                    }
+                    RestartDecision::GiveUp { restarts } => {
+                        return Err(gave_up(shared, restarts, &e));
+                    }
+                };
                 shared.metrics.restarts.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(error = %e, restart = restarts, "job failed: restarting from the latest completed checkpoint");
+                tracing::warn!(error = %e, ?decision, "job failed: restarting from the latest completed checkpoint");
                 shared.set_state("restarting");
-                tokio::time::sleep(RESTART_DELAY).await;
+                // requests that arrive while waiting go to the next attempt; a shutdown ends
+                // the wait (and the run)
+                let wake = tokio::time::Instant::now() + delay;
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(wake) => break,
+                        r = requests.recv() => match r {
+                            Some(r) => queued.push(r),
+                            None => break,
+                        },
+                    }
+                    if shared.shutdown.load(Ordering::SeqCst) {
+                        return Err(gave_up(shared, 0, &e));
+                    }
+                }
                 if latest.is_some() {
                     restart_point = latest;
                 }
@@ -884,6 +906,15 @@ async fn run_session(
                 };
             }
         }
+    }
+}
+
+/// The run fails for good after `restarts` restarts in a row; `last` is the last failure.
+fn gave_up(shared: &Shared, restarts: u32, last: &Error) -> Error {
+    shared.set_state("failed");
+    Error::TooManyRestarts {
+        restarts,
+        last: last.to_string(),
     }
 }
 

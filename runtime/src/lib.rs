@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod operator;
 pub mod operators;
 pub mod registry;
+pub mod restart;
 pub mod restore;
 pub mod snapshot;
 pub mod storage;

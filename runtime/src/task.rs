@@ -631,9 +631,6 @@ async fn snapshot(setup: &mut TaskSetup, op: &mut Box<dyn DynOperator>, b: &Barr
 /// Default capacity (batches) of a data channel.
 pub const CHANNEL_CAPACITY: usize = 16;
 
-/// Delay before restarting a failed job.
-pub const RESTART_DELAY: Duration = Duration::from_millis(500);
-
 /// Keeps the compiler honest about the metrics type.
 pub type SharedMetrics = Arc<crate::metrics::OperatorMetrics>;
 

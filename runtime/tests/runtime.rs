@@ -1494,3 +1494,34 @@ fn coordinator_with_workers_exchanges_over_the_network_survives_a_lost_worker_an
     assert_eq!(rows, got.len(), "a window was written twice");
     assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
 }
+
+/// Issue #19: a store that refused writes for a few seconds used to spend the job's restarts in
+/// a tight loop (0.5 s apart) and end it with exit 1. Restarts now back off exponentially, so
+/// the outage is ridden out, and the output is still exactly once.
+#[test]
+fn a_store_outage_of_seconds_is_ridden_out_by_restart_backoff() {
+    let dir = tempfile::tempdir().unwrap();
+    // a file where the sink's directory must go: every write fails until it is removed
+    let blocker = dir.path().join("blocked");
+    std::fs::write(&blocker, "not a directory").unwrap();
+    let out = blocker.join("out");
+    let job = Job {
+        file_sink: Some(out.clone()),
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "outage", &job);
+    let run = start(&["run", m.to_str().unwrap(), "--max-restarts", "4"]);
+    for _ in 0..2 {
+        run.wait_line("restarting from the latest completed checkpoint")
+            .expect("the job fails while the store refuses writes");
+    }
+    // the rest of the outage: a fault's duration, not a wait for an event (the old fixed
+    // 0.5 s delay spent the two remaining restarts in 1 s)
+    std::thread::sleep(Duration::from_secs(3));
+    std::fs::remove_file(&blocker).unwrap();
+    let (code, _) = run.finish();
+    assert_eq!(code, 0, "the job rides out the outage");
+    let (rows, got) = read_sink(&out);
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+}

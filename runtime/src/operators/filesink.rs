@@ -33,7 +33,15 @@ pub struct FileSinkOperator {
     sink: Option<FileSink>,
     watermark: Option<i64>,
     ended: bool,
+    /// Checkpoint completions in a row whose commit failed.
+    failed_commits: u32,
 }
+
+/// Checkpoint completions in a row whose commit may fail with a transient store error before
+/// the attempt fails. Files stay pending between them and the next completion retries; failing
+/// the attempt restarts from the latest checkpoint, whose restore commits them again (commits
+/// are idempotent), with the restart strategy's back-off. A sink never stops silently.
+const COMMIT_FAILURES_IN_A_ROW: u32 = 3;
 
 impl FileSinkOperator {
     fn sink(&mut self, ctx: &OperatorContext) -> Result<&mut FileSink> {
@@ -137,15 +145,29 @@ impl Operator for FileSinkOperator {
         checkpoint_id: u64,
     ) -> Result<()> {
         let (uid, subtask) = (ctx.uid.clone(), ctx.subtask);
-        if let Err(e) = self
+        match self
             .sink(ctx)?
             .notify_checkpoint_complete(checkpoint_id)
             .await
         {
-            // not fatal: pending files are committed by the next notification or a restore
-            tracing::warn!(%uid, subtask, checkpoint = checkpoint_id, error = %e, "file sink commit failed; will retry");
+            Ok(()) => {
+                self.failed_commits = 0;
+                Ok(())
+            }
+            Err(e) if e.is_transient() && self.failed_commits + 1 < COMMIT_FAILURES_IN_A_ROW => {
+                self.failed_commits += 1;
+                tracing::warn!(%uid, subtask, checkpoint = checkpoint_id, error = %e, failures = self.failed_commits, "file sink commit failed; the next checkpoint retries");
+                Ok(())
+            }
+            Err(e) => Err(Error::operator(
+                &uid,
+                subtask,
+                format!(
+                    "file sink: committing the files of checkpoint {checkpoint_id} failed ({} in a row): {e}; the attempt restarts from the latest checkpoint, whose restore commits them",
+                    self.failed_commits + 1
+                ),
+            )),
         }
-        Ok(())
     }
 
     fn timer_interval(&self) -> Option<Duration> {
@@ -191,6 +213,7 @@ pub fn plan_file_sink(cx: &FileSinkContext<'_>) -> Result<OperatorPlan> {
                 sink: None,
                 watermark: None,
                 ended: false,
+                failed_commits: 0,
             })
         },
     ))
