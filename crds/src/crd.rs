@@ -14,7 +14,46 @@ pub const CHART_CRD_PATH: &str = "charts/streamjob-operator/crds/streamjob.io_st
 
 /// The StreamJob CRD.
 pub fn crd() -> CustomResourceDefinition {
-    StreamJob::crd()
+    let mut crd = StreamJob::crd();
+    for v in &mut crd.spec.versions {
+        if let Some(schema) = v
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            // a round trip through JSON, to rewrite formats anywhere in the tree
+            if let Ok(mut json) = serde_json::to_value(&*schema) {
+                kubernetes_formats(&mut json);
+                if let Ok(fixed) = serde_json::from_value(json) {
+                    *schema = fixed;
+                }
+            }
+        }
+    }
+    crd
+}
+
+/// Replaces the unsigned integer formats schemars writes (`uint32`, `uint64` …), which the API
+/// server does not know (`unrecognized format "uint64"` on every server-side apply), by the
+/// signed ones; the `minimum: 0` schemars writes next to them keeps the values non-negative.
+fn kubernetes_formats(schema: &mut serde_json::Value) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::String(f)) = map.get_mut("format") {
+                let signed = match f.as_str() {
+                    "uint64" | "uint" => Some("int64"),
+                    "uint32" | "uint16" | "uint8" | "int16" | "int8" => Some("int32"),
+                    _ => None,
+                };
+                if let Some(signed) = signed {
+                    *f = signed.to_string();
+                }
+            }
+            map.values_mut().for_each(kubernetes_formats);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(kubernetes_formats),
+        _ => {}
+    }
 }
 
 /// The CRD as YAML, with the generated-file header.

@@ -3,7 +3,9 @@
 
 pub mod crd;
 pub mod hash;
+pub mod pod_template;
 pub mod secrets;
+pub mod strict;
 pub mod units;
 pub mod v1alpha1;
 pub mod validation;

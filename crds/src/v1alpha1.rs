@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -26,6 +25,7 @@ pub const KIND: &str = "StreamJob";
     shortname = "sj",
     namespaced,
     status = "StreamJobStatus",
+    doc = "A long-running streaming job kept alive through every change: the operator checkpoints it, and when the spec changes (image, pipeline, parallelism) it takes a savepoint, checks that the new version can restore it before touching the running job, and moves the job over in place or through a warm shadow copy, rolling back if the new version fails. kubectl get sj shows the phase; kubectl describe sj shows conditions and events. Docs: https://github.com/streamjob/streamjob/tree/main/docs",
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","description":"Lifecycle phase of the job"}"#,
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image","description":"Runtime image of the job"}"#,
     printcolumn = r#"{"name":"Parallelism","type":"integer","jsonPath":".spec.parallelism","description":"Subtasks per operator"}"#,
@@ -128,7 +128,7 @@ pub struct StreamJobSpec {
     /// Overrides merged into the runtime pods: resources, nodeSelector, tolerations, service
     /// account, extra env and labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_template: Option<PodTemplateSpec>,
+    pub pod_template: Option<crate::pod_template::PodTemplate>,
 }
 
 fn is_zero(n: &u32) -> bool {

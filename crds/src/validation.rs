@@ -158,6 +158,9 @@ impl StreamJobSpec {
         if self.parallelism == 0 {
             push(invalid("spec.parallelism: must be at least 1"));
         }
+        if let Some(t) = &self.pod_template {
+            push(t.parse().map(|_| ()));
+        }
         if self.max_parallelism == 0 || self.max_parallelism > 32768 {
             push(invalid("spec.maxParallelism: must be between 1 and 32768"));
         }

@@ -43,7 +43,8 @@ fn every_example_manifest_reads_and_validates() {
     );
     for path in examples {
         let text = fs::read_to_string(&path).unwrap();
-        let job = StreamJob::from_yaml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let job = StreamJob::from_yaml_strict(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         job.spec
             .validate()
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -220,6 +221,55 @@ fn generated_crd_carries_the_rules_and_columns() {
             "spec.{field} has no description"
         );
     }
+}
+
+/// Issue #15: `kubectl apply` (client-side) stores the whole object in an annotation capped at
+/// 256 KiB, and Argo CD's default sync does the same; the API server warns on unknown formats.
+#[test]
+fn crd_fits_a_client_side_apply_and_uses_only_known_formats() {
+    let crd = streamjob_crds::crd::crd();
+    let json = serde_json::to_string(&crd).unwrap();
+    assert!(
+        json.len() < 128 * 1024,
+        "the CRD is {} bytes of JSON: keep it well under the 262144-byte annotation limit",
+        json.len()
+    );
+    let known = [
+        "int32",
+        "int64",
+        "float",
+        "double",
+        "byte",
+        "date",
+        "date-time",
+        "password",
+        "int-or-string",
+        "quantity",
+    ];
+    let formats = regex::Regex::new(r#""format":"([^"]*)""#).unwrap();
+    for f in formats.captures_iter(&json) {
+        assert!(
+            known.contains(&&f[1]),
+            "unknown format {:?} in the CRD",
+            &f[1]
+        );
+    }
+    let version = serde_json::to_value(&crd.spec.versions[0]).unwrap();
+    let root = &version["schema"]["openAPIV3Schema"];
+    assert!(
+        root["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("A long-running streaming job"),
+        "kubectl explain streamjob shows a description for users: {}",
+        root["description"]
+    );
+    // the pod template keeps the fields users set most typed, and the rest as written
+    let pod = &root["properties"]["spec"]["properties"]["podTemplate"];
+    assert_eq!(pod["x-kubernetes-preserve-unknown-fields"], true);
+    let container = &pod["properties"]["spec"]["properties"]["containers"]["items"];
+    assert!(container["properties"]["resources"]["properties"]["limits"].is_object());
+    assert_eq!(container["required"][0], "name");
 }
 
 #[test]

@@ -258,10 +258,27 @@ impl TestEnv {
 
     /// Creates a namespace `<prefix>-<random>` and waits for its `default` ServiceAccount.
     pub async fn namespace(&self, prefix: &str) -> Result<String> {
+        self.namespace_labelled(prefix, json!({})).await
+    }
+
+    /// [`TestEnv::namespace`] enforcing the `restricted` Pod Security Standard: the API server's
+    /// admission refuses every pod that does not meet it, so a test in it fails on such a pod.
+    pub async fn restricted_namespace(&self, prefix: &str) -> Result<String> {
+        self.namespace_labelled(
+            prefix,
+            json!({
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest"
+            }),
+        )
+        .await
+    }
+
+    async fn namespace_labelled(&self, prefix: &str, labels: serde_json::Value) -> Result<String> {
         let client = self.client().await?;
         let name = format!("{prefix}-{:08x}", rand::random::<u32>());
         let ns: Namespace = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}
         }))?;
         Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &ns)

@@ -95,7 +95,10 @@ fn broken_image() -> ImageMapping {
 async fn operator(env: &'static TestEnv) -> &'static str {
     static NS: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
     NS.get_or_init(|| async {
-        let ns = env.namespace("operator").await.expect("namespace");
+        let ns = env
+            .restricted_namespace("operator")
+            .await
+            .expect("namespace");
         install_operator(env, &ns, &["logFormat=text", "logLevel=info"], TIMEOUT)
             .await
             .expect("operator installed and available");
@@ -107,7 +110,7 @@ async fn operator(env: &'static TestEnv) -> &'static str {
 /// A job in a fresh namespace with its bucket and credentials (operator installed).
 async fn new_job(env: &'static TestEnv, name: &str) -> Job {
     operator(env).await;
-    let ns = env.namespace("op").await.expect("namespace");
+    let ns = env.restricted_namespace("op").await.expect("namespace");
     let bucket = format!("b-{}", &ns[3..]);
     env.bucket_with_secret(&ns, &bucket, SECRET)
         .await

@@ -499,7 +499,7 @@ async fn operator(env: &'static TestEnv) -> &'static str {
             "streamjob/operator:* is not mapped (was the operator built after the environment started?)"
         );
         // The chart's CRDs may already be there (helm then leaves them alone).
-        let ns = env.namespace("operator").await.expect("namespace");
+        let ns = env.restricted_namespace("operator").await.expect("namespace");
         let out = env
             .install_operator_chart("streamjob", &ns, &["logFormat=text", "logLevel=info"])
             .expect("helm install");
@@ -556,6 +556,37 @@ async fn operator_chart_installs_and_operator_runs_as_pod() {
         Some("streamjob-streamjob-operator"),
         "runs with the chart's ServiceAccount"
     );
+}
+
+/// Issue #15: the CRD as users apply it — client-side `kubectl apply`, which keeps the whole
+/// object in the last-applied annotation (at most 256 KiB) — twice, as after an upgrade; no
+/// unknown-format warnings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crd_applies_client_side_and_again() {
+    let env = env().await;
+    operator(env).await;
+    let crd = env
+        .repo_root
+        .join("charts/streamjob-operator/crds/streamjob.io_streamjobs.yaml")
+        .display()
+        .to_string();
+    for round in ["first", "second"] {
+        let out = env
+            .kubectl(&["apply", "-f", &crd], None)
+            .expect("run kubectl");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            out.status.success(),
+            "{round} kubectl apply of the CRD failed: {stdout}{stderr}"
+        );
+        assert!(
+            !stderr.contains("unrecognized format"),
+            "{round} apply warned: {stderr}"
+        );
+    }
 }
 
 fn streamjob_manifest(name: &str, bucket: &str, s3_url: &str, secret: &str, sink: &str) -> String {
@@ -617,7 +648,7 @@ async fn run_streamjob(env: &'static TestEnv, name: &str, sink: &str) -> (String
     env.workspace_binary("streamjob-runtime")
         .unwrap_or_else(|e| panic!("{e}"));
     operator(env).await;
-    let ns = env.namespace("sj").await.expect("namespace");
+    let ns = env.restricted_namespace("sj").await.expect("namespace");
     let bucket = format!("sj-{}", &ns[3..]);
     env.bucket_with_secret(&ns, &bucket, "s3-credentials")
         .await

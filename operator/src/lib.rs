@@ -8,6 +8,7 @@ pub mod controller;
 pub mod decide;
 pub mod leader;
 pub mod metrics;
+pub mod pod_security;
 pub mod resources;
 pub mod workers;
 

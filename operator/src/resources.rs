@@ -197,7 +197,8 @@ pub(crate) fn common_env(owner: &Owner, hash: &str, spec: &StreamJobSpec) -> Vec
 }
 
 /// Merges the user's podTemplate with the operator's container; the operator's fields win for
-/// image, args, ports, probes and restart policy; the user's env comes after ours.
+/// image, args, ports, probes and restart policy; the user's env comes after ours. The
+/// `restricted` Pod Security defaults fill what the user left unset (crate::pod_security).
 pub(crate) fn pod_from_template(
     owner: &Owner,
     name: &str,
@@ -207,7 +208,12 @@ pub(crate) fn pod_from_template(
     ours: Container,
     restart_policy: &str,
 ) -> Pod {
-    let template = spec.pod_template.clone().unwrap_or_default();
+    // validate() refused a template that does not parse, so nothing is dropped here
+    let template = spec
+        .pod_template
+        .as_ref()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_default();
     let mut meta = owner.meta(name, role, Some(hash));
     if let Some(tm) = template.metadata {
         let mut l = tm.labels.unwrap_or_default();
@@ -243,6 +249,7 @@ pub(crate) fn pod_from_template(
     containers.insert(0, container);
     pod_spec.containers = containers;
     pod_spec.restart_policy = Some(restart_policy.into());
+    crate::pod_security::restrict(&mut pod_spec);
     Pod {
         metadata: meta,
         spec: Some(pod_spec),
@@ -670,7 +677,10 @@ spec:
     #[test]
     fn standby_pod_and_no_template() {
         let mut s = spec();
-        s.pod_template = Some(PodTemplateSpec::default());
+        s.pod_template = Some(
+            streamjob_crds::pod_template::PodTemplate::from_spec(&PodTemplateSpec::default())
+                .unwrap(),
+        );
         let plan = PodPlan {
             name: "clicks-x".into(),
             hash: "h".into(),

@@ -177,16 +177,23 @@ enum Command {
     },
 }
 
-/// Reads a manifest from a path or `env:VAR`.
+/// Reads a manifest from a path or `env:VAR`. A file is what a user wrote: unknown fields are
+/// refused (a typo would otherwise be ignored). `env:` holds what the operator wrote for its
+/// pods, read leniently so an older runtime image reads a newer operator's manifest.
 pub fn read_manifest(manifest: &str) -> Result<StreamJob> {
-    let text = match manifest.strip_prefix("env:") {
-        Some(var) => std::env::var(var).map_err(|_| {
-            Error::Other(format!("environment variable {var} (manifest) is not set"))
-        })?,
-        None => std::fs::read_to_string(manifest)
-            .map_err(|e| Error::Other(format!("cannot read manifest {manifest}: {e}")))?,
-    };
-    Ok(StreamJob::from_yaml(&text)?)
+    match manifest.strip_prefix("env:") {
+        Some(var) => {
+            let text = std::env::var(var).map_err(|_| {
+                Error::Other(format!("environment variable {var} (manifest) is not set"))
+            })?;
+            Ok(StreamJob::from_yaml(&text)?)
+        }
+        None => {
+            let text = std::fs::read_to_string(manifest)
+                .map_err(|e| Error::Other(format!("cannot read manifest {manifest}: {e}")))?;
+            Ok(StreamJob::from_yaml_strict(&text)?)
+        }
+    }
 }
 
 fn init_tracing() {

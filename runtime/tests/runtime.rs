@@ -1525,3 +1525,22 @@ fn a_store_outage_of_seconds_is_ridden_out_by_restart_backoff() {
     assert_eq!(rows, got.len(), "a window was written twice");
     assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
 }
+
+/// Issue #15: a typo in a manifest a user runs locally used to be ignored (`paralelism: 4` ran at
+/// parallelism 1); it is refused with its path and the closest known field.
+#[test]
+fn a_typo_in_a_local_manifest_is_refused_naming_the_closest_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest(dir.path(), "typo", &Job::default());
+    let text = std::fs::read_to_string(&m).unwrap();
+    assert!(text.contains("  parallelism: 2\n"));
+    std::fs::write(&m, text.replace("  parallelism: 2\n", "  paralelism: 2\n")).unwrap();
+    let (code, stdout, log) = start(&["run", m.to_str().unwrap()]).finish_with_log();
+    assert_ne!(code, 0);
+    assert!(stdout.is_empty(), "nothing ran: {stdout:?}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("spec.paralelism: unknown field, did you mean \"parallelism\"?")),
+        "{log:?}"
+    );
+}

@@ -760,6 +760,17 @@ mod tests {
         s
     }
 
+    /// A checkpoint of `s` now, restored into a new subtask.
+    async fn checkpoint_and_restore(p: &FilesSourcePlan, s: &mut FilesSource) -> FilesSource {
+        let snap = s.snapshot_state(&ctx(), 1).await.unwrap();
+        let restored = RestoredState {
+            checkpoint_id: Some(1),
+            keyed: snap.keyed,
+            ..Default::default()
+        };
+        source(p, restored).await
+    }
+
     /// Polls up to `limit` batches; the ids read, and whether the source finished.
     async fn read(s: &mut FilesSource, limit: usize) -> (Vec<i64>, bool) {
         let mut ids = Vec::new();
@@ -793,13 +804,7 @@ mod tests {
             if done {
                 continue;
             }
-            let snap = s.snapshot_state(&ctx(), 1).await.unwrap();
-            let restored = RestoredState {
-                checkpoint_id: Some(1),
-                keyed: snap.keyed,
-                ..Default::default()
-            };
-            let mut r = source(&p, restored).await;
+            let mut r = checkpoint_and_restore(&p, &mut s).await;
             let (rest, done) = read(&mut r, usize::MAX).await;
             assert!(done);
             ids.extend(rest);
@@ -894,13 +899,7 @@ mod tests {
             if done {
                 continue;
             }
-            let snap = s.snapshot_state(&ctx(), 1).await.unwrap();
-            let restored = RestoredState {
-                checkpoint_id: Some(1),
-                keyed: snap.keyed,
-                ..Default::default()
-            };
-            let mut r = source(&p, restored).await;
+            let mut r = checkpoint_and_restore(&p, &mut s).await;
             let (rest, again, done) = read_mixed(&mut r, usize::MAX).await;
             assert!(done);
             ids.extend(rest);
