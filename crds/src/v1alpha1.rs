@@ -462,6 +462,7 @@ pub struct PipelineStep {
 
     /// Key columns of a keyed window aggregation (with window and aggregate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub key_by: Option<Vec<String>>,
 
     /// Window of a keyed aggregation (with keyBy and aggregate).

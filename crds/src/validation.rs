@@ -185,26 +185,59 @@ impl StreamJobSpec {
                 self.workers - widest
             )));
         }
-        push(duration(
+        if self.workers == 0 && widest > MAX_PARALLELISM_IN_ONE_PROCESS {
+            push(invalid(&format!(
+                "spec.parallelism: {widest} subtasks per step in one process (spec.workers: 0) would open {} local channels per exchange; at most {MAX_PARALLELISM_IN_ONE_PROCESS} without workers: set spec.workers to spread the subtasks over worker pods",
+                u64::from(widest) * u64::from(widest)
+            )));
+        }
+        let readiness = bounded_duration(
             "spec.upgrade.readinessTimeout",
             &self.upgrade.readiness_timeout,
-        ));
-        push(duration(
-            "spec.upgrade.savepointTimeout",
-            &self.upgrade.savepoint_timeout,
-        ));
-        push(duration(
+            SHORTEST_TIMEOUT,
+        );
+        push(
+            bounded_duration(
+                "spec.upgrade.savepointTimeout",
+                &self.upgrade.savepoint_timeout,
+                SHORTEST_TIMEOUT,
+            )
+            .map(|_| ()),
+        );
+        let interval = bounded_duration(
             "spec.checkpoints.interval",
             &self.checkpoints.interval,
-        ));
-        push(duration(
-            "spec.checkpoints.timeout",
-            &self.checkpoints.timeout,
-        ));
+            SHORTEST_CHECKPOINT_INTERVAL,
+        );
+        push(
+            bounded_duration(
+                "spec.checkpoints.timeout",
+                &self.checkpoints.timeout,
+                SHORTEST_TIMEOUT,
+            )
+            .map(|_| ()),
+        );
+        if let (Ok(readiness), Ok(interval)) = (&readiness, &interval)
+            && readiness <= interval
+        {
+            push(invalid(&format!(
+                "spec.upgrade.readinessTimeout ({}) must be longer than spec.checkpoints.interval ({}): a new version is ready at its first checkpoint, so every upgrade would roll back; raise readinessTimeout",
+                self.upgrade.readiness_timeout, self.checkpoints.interval
+            )));
+        }
+        push(readiness.map(|_| ()));
+        push(interval.map(|_| ()));
         if self.checkpoints.dir.trim().is_empty() {
             push(invalid(
                 "spec.checkpoints.dir: must not be empty: set where checkpoints are written",
             ));
+        }
+        push(known_store("spec.checkpoints.dir", &self.checkpoints.dir));
+        if let Some(dir) = self.savepoints.as_ref().and_then(|s| s.dir.as_deref()) {
+            push(known_store("spec.savepoints.dir", dir));
+        }
+        if let Some(dir) = &self.dead_letter_path {
+            push(known_store("spec.deadLetterPath", dir));
         }
         if let Some(savepoints) = &self.savepoints {
             if let Some(periodic) = &savepoints.periodic {
@@ -380,6 +413,13 @@ fn validate_source(uid: &str, source: &SourceSpec, problems: &mut Vec<String>) {
         }
     }
     if let Some(files) = &source.files {
+        collect(
+            problems,
+            known_store(
+                &format!("spec.pipeline[{uid}].source.files.path"),
+                &files.path,
+            ),
+        );
         if let Some(interval) = &files.discovery_interval {
             collect(
                 problems,
@@ -631,6 +671,10 @@ fn validate_window_aggregate(
 }
 
 fn validate_file_sink(uid: &str, sink: &FileSinkSpec, problems: &mut Vec<String>) {
+    collect(
+        problems,
+        known_store(&format!("spec.pipeline[{uid}].fileSink.path"), &sink.path),
+    );
     let formats = count_set(&[
         sink.format.json_lines.is_some(),
         sink.format.csv.is_some(),
@@ -757,6 +801,46 @@ fn invalid(message: &str) -> Result<()> {
 
 fn duration(field: &str, value: &str) -> Result<()> {
     parse_duration(field, value).map(|_| ())
+}
+
+/// Subtasks per step one process holds without workers: exchanges between steps open p² local
+/// channels.
+pub const MAX_PARALLELISM_IN_ONE_PROCESS: u32 = 128;
+/// The shortest checkpoint interval (a zero interval used to panic the runtime at start).
+const SHORTEST_CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
+/// The shortest timeout of a checkpoint, savepoint or readiness wait.
+const SHORTEST_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(100);
+/// The longest interval or timeout (a week: anything longer is a unit mistake).
+const LONGEST: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// A duration between `min` and a week.
+fn bounded_duration(
+    field: &str,
+    value: &str,
+    min: std::time::Duration,
+) -> Result<std::time::Duration> {
+    let d = parse_duration(field, value)?;
+    if d < min || d > LONGEST {
+        return Err(Error::Invalid(vec![format!(
+            "{field}: {value} is out of range: use between {min:?} and 7d"
+        )]));
+    }
+    Ok(d)
+}
+
+/// Stores the runtime reads and writes: `s3://`, `s3a://` (sinks), `file://` and local paths.
+fn known_store(field: &str, path: &str) -> Result<()> {
+    match path.split_once("://") {
+        None => Ok(()),
+        Some(("s3" | "file", _)) => Ok(()),
+        Some(("s3a", _)) if field.ends_with("fileSink.path") => Ok(()),
+        Some(("hdfs", _)) => invalid(&format!(
+            "{field}: {path:?}: hdfs:// is not supported by the runtime yet: use s3://, file:// or a local path"
+        )),
+        Some((scheme, _)) => invalid(&format!(
+            "{field}: {path:?}: unknown scheme {scheme}://: use s3://, file:// or a local path"
+        )),
+    }
 }
 
 fn positive_duration(field: &str, value: &str) -> Result<std::time::Duration> {

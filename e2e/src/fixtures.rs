@@ -333,6 +333,11 @@ impl TestEnv {
             "--namespace",
             ns,
             "--create-namespace",
+            // every test's pods share one node: small requests, so leftovers never starve it
+            "--set",
+            "runtimeResources.requests.cpu=10m",
+            "--set",
+            "runtimeResources.requests.memory=64Mi",
         ];
         for s in set {
             args.push("--set");

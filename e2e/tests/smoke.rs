@@ -3,7 +3,7 @@
 //! Needs the binaries built by `bash e2e/scripts/install.sh`; without them every test fails with
 //! a message saying so.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::Duration;
@@ -756,4 +756,71 @@ async fn zz_resource_report() {
         env.plane.start_duration,
         env.start_duration
     );
+}
+
+/// Issue #15: the operator's service account can do what the code calls and nothing more, in any
+/// namespace (cluster mode), read from the API server itself by impersonation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_rbac_grants_only_what_the_code_calls() {
+    let env = env().await;
+    let ns = operator(env).await;
+    let elsewhere = env.namespace("rbac").await.expect("namespace");
+    let sa = format!("system:serviceaccount:{ns}:streamjob-streamjob-operator");
+    let out = env
+        .kubectl_ok(
+            &["auth", "can-i", "--list", "--as", &sa, "-n", &elsewhere],
+            None,
+        )
+        .expect("kubectl auth can-i --list");
+    // rows: RESOURCE  NON-RESOURCE-URLS  RESOURCE-NAMES  [VERBS]
+    let mut granted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in out.lines().skip(1) {
+        let Some(resource) = line
+            .split_whitespace()
+            .next()
+            .filter(|r| !r.starts_with('['))
+        else {
+            continue;
+        };
+        let Some(verbs) = line.rfind('[').map(|i| &line[i + 1..line.len() - 1]) else {
+            continue;
+        };
+        granted
+            .entry(resource.to_string())
+            .or_default()
+            .extend(verbs.split_whitespace().map(str::to_string));
+    }
+    let verbs = |r: &str| -> Vec<&str> {
+        granted
+            .get(r)
+            .map(|v| v.iter().map(String::as_str).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        verbs("streamjobs.streamjob.io"),
+        ["list", "patch", "watch"],
+        "{out}"
+    );
+    assert_eq!(verbs("streamjobs.streamjob.io/status"), ["patch"]);
+    assert_eq!(verbs("streamjobs.streamjob.io/finalizers"), ["update"]);
+    assert_eq!(verbs("pods"), ["create", "delete", "get", "list", "watch"]);
+    assert_eq!(verbs("pods/log"), ["get"]);
+    assert_eq!(verbs("configmaps"), ["create", "delete", "get", "list"]);
+    assert_eq!(
+        verbs("secrets"),
+        ["create", "get"],
+        "secrets: only the token's needs"
+    );
+    for none in [
+        "deployments.apps",
+        "statefulsets.apps",
+        "jobs.batch",
+        "services",
+        "leases.coordination.k8s.io",
+    ] {
+        assert!(
+            verbs(none).is_empty(),
+            "{none} is granted in other namespaces: {out}"
+        );
+    }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceRequirements, Secret};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -44,6 +44,8 @@ pub struct Settings {
     pub instance: String,
     /// Timeout of one control API call.
     pub control_timeout: Duration,
+    /// Resources of the runtime container where a StreamJob's podTemplate sets none.
+    pub runtime_resources: Option<ResourceRequirements>,
 }
 
 /// Shared state of the reconcilers.
@@ -417,7 +419,10 @@ async fn apply<C: ControlApi>(
             ignore_conflict(
                 pods.create(
                     &pp,
-                    &resources::runtime_pod(owner, plan, ctx.settings.control_port),
+                    &resources::with_default_resources(
+                        resources::runtime_pod(owner, plan, ctx.settings.control_port),
+                        ctx.settings.runtime_resources.as_ref(),
+                    ),
                 )
                 .await,
             )?;
@@ -439,7 +444,10 @@ async fn apply<C: ControlApi>(
             ignore_conflict(
                 pods.create(
                     &pp,
-                    &resources::plan_pod(owner, name, hash, spec, from, deadline),
+                    &resources::with_default_resources(
+                        resources::plan_pod(owner, name, hash, spec, from, deadline),
+                        ctx.settings.runtime_resources.as_ref(),
+                    ),
                 )
                 .await,
             )?;
@@ -527,7 +535,10 @@ async fn create_dispose_pod<C: ControlApi>(
     ignore_conflict(
         pods.create(
             &pp,
-            &resources::dispose_pod(owner, &name, &hash, &job.spec, paths),
+            &resources::with_default_resources(
+                resources::dispose_pod(owner, &name, &hash, &job.spec, paths),
+                ctx.settings.runtime_resources.as_ref(),
+            ),
         )
         .await,
     )?;
@@ -841,6 +852,8 @@ async fn sync_workers<C: ControlApi>(
                     continue;
                 };
                 tracing::info!(worker = %workers::worker_name(&coordinator, index), %coordinator, "creating worker pod");
+                let pod =
+                    resources::with_default_resources(pod, ctx.settings.runtime_resources.as_ref());
                 ignore_conflict(api.create(&pp, &pod).await)?;
             }
             workers::WorkerAction::Delete { name } => {

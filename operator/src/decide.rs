@@ -2647,6 +2647,50 @@ impl Ctx<'_> {
             },
         };
         set_condition(conds, "Ready", ready, &reason, &msg, generation, now);
+        // kstatus (Flux, Argo CD, kstatus-aware tools): Stalled when the job cannot reach its
+        // spec without the user, else Reconciling while it moves towards it.
+        let upgrade_message = || {
+            self.st
+                .upgrade
+                .as_ref()
+                .and_then(|u| u.message.clone())
+                .unwrap_or_default()
+        };
+        let stalled = match (&self.spec_error, stage.map(|s| s.step)) {
+            (Some(e), _) => Some(("InvalidSpec".to_string(), e.clone())),
+            (None, Some(Blocked)) => Some(("UpgradeBlocked".into(), upgrade_message())),
+            (None, Some(RolledBack)) => Some(("RolledBack".into(), upgrade_message())),
+            (None, Some(Aborted)) => Some(("UpgradeAborted".into(), upgrade_message())),
+            _ if self.st.phase == Some(Phase::Failed) => {
+                Some(("Failed".into(), self.st.message.clone().unwrap_or_default()))
+            }
+            _ => None,
+        };
+        match &stalled {
+            Some((reason, msg)) => {
+                set_condition(conds, "Stalled", true, reason, msg, generation, now)
+            }
+            None => set_condition(conds, "Stalled", false, "NotStalled", "", generation, now),
+        }
+        let settled = matches!(
+            self.st.phase,
+            Some(Phase::Running | Phase::Suspended | Phase::Finished)
+        ) && (ready || self.st.phase != Some(Phase::Running));
+        match (&stalled, in_flight) {
+            (None, Some(s)) => set_condition(
+                conds,
+                "Reconciling",
+                true,
+                &format!("{:?}{:?}", s.kind, s.step),
+                &upgrade_message(),
+                generation,
+                now,
+            ),
+            (None, None) if !settled => {
+                set_condition(conds, "Reconciling", true, &reason, &msg, generation, now)
+            }
+            _ => set_condition(conds, "Reconciling", false, "Settled", "", generation, now),
+        }
         if self.st.message.is_none()
             && let Some(s) = stage.filter(|s| s.step.is_terminal() && s.step != Suspended)
         {

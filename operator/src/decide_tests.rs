@@ -181,6 +181,36 @@ fn tags(d: &Decision) -> Vec<String> {
         .collect()
 }
 
+/// The chart's Argo CD health check, shipped for `resource.customizations.health`.
+const ARGOCD_HEALTH: &str = include_str!("../../charts/streamjob-operator/argocd/health.lua");
+
+/// (health status, message) of the Argo CD health check for a StreamJob with `status` at
+/// `generation`, run by a Lua 5.4 interpreter as Argo CD does.
+fn argocd_health(status: &StreamJobStatus, generation: Option<i64>) -> (String, String) {
+    use mlua::LuaSerdeExt;
+    let lua = mlua::Lua::new();
+    let obj = serde_json::json!({"metadata": {"generation": generation}, "status": status});
+    let options = mlua::SerializeOptions::new()
+        .serialize_none_to_null(false)
+        .serialize_unit_to_null(false);
+    lua.globals()
+        .set("obj", lua.to_value_with(&obj, options).unwrap())
+        .unwrap();
+    let hs: mlua::Table = lua.load(ARGOCD_HEALTH).eval().unwrap();
+    (hs.get("status").unwrap(), hs.get("message").unwrap())
+}
+
+#[test]
+fn argocd_health_waits_for_the_operator_to_see_a_new_generation() {
+    let status = StreamJobStatus {
+        observed_generation: Some(3),
+        ..Default::default()
+    };
+    let (health, message) = argocd_health(&status, Some(4));
+    assert_eq!(health, "Progressing");
+    assert!(message.contains("generation 4"), "{message}");
+}
+
 fn cond<'a>(d: &'a Decision, t: &str) -> &'a Condition {
     d.status.conditions.iter().find(|c| c.type_ == t).unwrap()
 }
@@ -340,6 +370,45 @@ impl Case {
                 );
             }
         }
+        // kstatus: Stalled exactly when the job needs its user; Reconciling while it moves
+        let is = |c: &str| cond(&d, c).status == "True";
+        let needs_user = is("UpgradeBlocked")
+            || is("RolledBack")
+            || !is("SpecValid")
+            || d.status.phase == Some(Phase::Failed)
+            || stage_of(&d).is_some_and(|s| s.ends_with("/Aborted"));
+        assert_eq!(
+            is("Stalled"),
+            needs_user,
+            "{name}: Stalled {:?}",
+            cond(&d, "Stalled")
+        );
+        if is("Stalled") {
+            assert!(!is("Reconciling"), "{name}: Stalled and Reconciling");
+        } else if is("Upgrading") {
+            assert!(is("Reconciling"), "{name}: Upgrading but not Reconciling");
+        } else if is("Ready") {
+            assert!(
+                !is("Reconciling"),
+                "{name}: Ready, settled, yet Reconciling"
+            );
+        }
+        // Argo CD sees every status of the table as the documented mapping says
+        let (health, message) = argocd_health(&d.status, d.status.observed_generation);
+        let want = if is("Stalled") {
+            "Degraded"
+        } else if d.status.phase == Some(Phase::Suspended) {
+            "Suspended"
+        } else if is("Reconciling") {
+            "Progressing"
+        } else if is("Degraded") {
+            "Degraded"
+        } else if d.status.phase == Some(Phase::Finished) || is("Ready") {
+            "Healthy"
+        } else {
+            "Progressing"
+        };
+        assert_eq!(health, want, "{name}: Argo CD health ({message})");
         if let Some(e) = self.event {
             assert!(
                 d.events.iter().any(|n| n.reason == e),

@@ -61,6 +61,11 @@ struct RunArgs {
     /// Timeout of one control API call, e.g. 5s.
     #[arg(long, default_value = "5s")]
     control_timeout: String,
+    /// Resources of the runtime container of every pod the operator creates, where the
+    /// StreamJob's podTemplate sets none: a Kubernetes ResourceRequirements as JSON, e.g.
+    /// `{"requests":{"cpu":"250m","memory":"512Mi"},"limits":{"memory":"2Gi"}}`.
+    #[arg(long, default_value = "")]
+    runtime_resources: String,
 }
 
 /// `IP:PORT`, also `fd00::1:9090` as `$(POD_IP):9090` expands to on IPv6 clusters.
@@ -103,6 +108,15 @@ async fn main() -> anyhow::Result<()> {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let lease_duration =
         streamjob_crds::units::parse_duration("--lease-duration", &args.lease_duration)?;
+    let runtime_resources = match args.runtime_resources.trim() {
+        "" => None,
+        json => Some(
+            serde_json::from_str::<k8s_openapi::api::core::v1::ResourceRequirements>(json)
+                .with_context(|| {
+                    format!("--runtime-resources {json:?} is not a Kubernetes ResourceRequirements")
+                })?,
+        ),
+    };
     let control_timeout =
         streamjob_crds::units::parse_duration("--control-timeout", &args.control_timeout)?;
     let identity = std::env::var("POD_NAME")
@@ -171,6 +185,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespaces: args.namespaces.clone(),
         instance: identity,
         control_timeout,
+        runtime_resources,
     };
     let control = HttpControl::new(control_timeout)?;
     let ctx = Arc::new(Context::new(client, control, metrics.clone(), settings));

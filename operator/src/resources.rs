@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapKeySelector, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, Pod, PodSpec, Probe, Secret, SecretKeySelector,
+    ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements, Secret, SecretKeySelector,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -255,6 +255,24 @@ pub(crate) fn pod_from_template(
         spec: Some(pod_spec),
         ..Default::default()
     }
+}
+
+/// Fills the runtime container's resources from the operator's defaults (`--runtime-resources`,
+/// chart value `runtimeResources`) where the StreamJob's podTemplate set neither requests nor
+/// limits.
+pub fn with_default_resources(mut pod: Pod, defaults: Option<&ResourceRequirements>) -> Pod {
+    if let (Some(d), Some(spec)) = (defaults, pod.spec.as_mut()) {
+        for c in spec.containers.iter_mut().filter(|c| c.name == CONTAINER) {
+            let unset = c
+                .resources
+                .as_ref()
+                .is_none_or(|r| r.requests.is_none() && r.limits.is_none());
+            if unset {
+                c.resources = Some(d.clone());
+            }
+        }
+    }
+    pod
 }
 
 /// Whether the runtime accepts `--from-savepoint P --resume` ("the latest checkpoint taken after
@@ -672,6 +690,38 @@ spec:
             .map(|p| p.container_port)
             .collect();
         assert_eq!(ports, [8081, 6123]);
+    }
+
+    #[test]
+    fn default_resources_fill_only_what_the_template_left_unset() {
+        let defaults: ResourceRequirements = serde_json::from_value(serde_json::json!({
+            "requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}
+        }))
+        .unwrap();
+        let mut bare = spec();
+        bare.pod_template = None;
+        let plan = PodPlan {
+            name: "clicks-x".into(),
+            hash: "h".into(),
+            spec: bare,
+            from_savepoint: None,
+            standby: false,
+            fresh: false,
+        };
+        let p = with_default_resources(runtime_pod(&owner(), &plan, 8081), Some(&defaults));
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        assert_eq!(c.resources.as_ref(), Some(&defaults));
+        // the job's own resources win
+        let mut own = spec();
+        let mine = serde_json::json!({"spec": {"containers": [{"name": "runtime",
+            "resources": {"requests": {"cpu": "2"}}}]}});
+        own.pod_template = Some(streamjob_crds::pod_template::PodTemplate(mine));
+        let plan = PodPlan { spec: own, ..plan };
+        let p = with_default_resources(runtime_pod(&owner(), &plan, 8081), Some(&defaults));
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let requests = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
+        assert_eq!(requests["cpu"].0, "2");
+        assert!(c.resources.as_ref().unwrap().limits.is_none());
     }
 
     #[test]

@@ -84,7 +84,7 @@ fn manifest(dir: &Path, name: &str, job: &Job) -> PathBuf {
         None => steps.push_str("    - uid: out\n      print: {}\n"),
     }
     let text = format!(
-        "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata:\n  name: {name}\nspec:\n  image: streamjob-runtime:test\n  parallelism: {p}\n  maxParallelism: 128\n  upgrade: {{allowNonRestoredState: {a}}}\n  checkpoints: {{dir: {ck}, interval: {i}, retained: 2}}\n  savepoints: {{dir: {sp}}}\n  pipeline:\n{steps}",
+        "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata:\n  name: {name}\nspec:\n  image: streamjob-runtime:test\n  parallelism: {p}\n  maxParallelism: 128\n  upgrade: {{allowNonRestoredState: {a}, readinessTimeout: 2h}}\n  checkpoints: {{dir: {ck}, interval: {i}, retained: 2}}\n  savepoints: {{dir: {sp}}}\n  pipeline:\n{steps}",
         p = job.parallelism,
         a = job.allow_non_restored,
         ck = dir.join("checkpoints").display(),

@@ -33,31 +33,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* Rules the operator needs on StreamJobs and the objects it runs them with. */}}
 {{- define "streamjob.rules" -}}
+# Exactly what the operator calls (operator/src/controller.rs, e2e smoke test checks it with
+# kubectl auth can-i --list): watch StreamJobs and patch their finalizers and status.
 - apiGroups: ["streamjob.io"]
   resources: ["streamjobs"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["list", "watch", "patch"]
 - apiGroups: ["streamjob.io"]
   resources: ["streamjobs/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["patch"]
+# Owner references with blockOwnerDeletion need update on the owner's finalizers.
 - apiGroups: ["streamjob.io"]
   resources: ["streamjobs/finalizers"]
   verbs: ["update"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 # Plan results and savepoint paths of exited runtime pods are read from their logs.
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]
+# One manifest ConfigMap per deployed spec.
 - apiGroups: [""]
-  resources: ["configmaps", "secrets", "services"]
-  verbs: ["get", "list", "watch", "create", "delete", "patch", "update"]
-- apiGroups: ["apps"]
-  resources: ["deployments", "statefulsets"]
-  verbs: ["get", "list", "watch", "create", "delete", "patch", "update"]
-- apiGroups: ["batch"]
-  resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "create", "delete"]
+# The per-job control-token Secret: created once, read back to call the runtime's control API.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create"]
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
