@@ -58,8 +58,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// The workspace root of the checkout `cargo xtask` runs in: cargo sets `CARGO_MANIFEST_DIR`
+/// when it runs the binary; the compile-time value names whichever checkout built it last, which
+/// with a shared target folder (CI clones) can be another one.
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
