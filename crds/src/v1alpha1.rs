@@ -1397,6 +1397,13 @@ pub struct StreamJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throughput: Option<ThroughputStatus>,
 
+    /// The epoch handed to the newest run of this job (each runtime pod and each start of a
+    /// standby pod gets the next one, recorded here before it exists). A run commits output only
+    /// while no larger epoch has started, so a rolled-back or cut-off version never commits after
+    /// its successor started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+
     /// Human-readable summary of the latest problem, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -24,6 +24,8 @@ pub enum RunState {
     Finished,
     Failed,
     Restarting,
+    /// `POST /v1/cancel` stopped it without committing; it waits to be deleted.
+    Cancelled,
     /// Anything a newer runtime reports that this operator does not know.
     #[serde(other)]
     Unknown,
@@ -219,11 +221,16 @@ pub trait ControlApi: Send + Sync + 'static {
         id: &str,
     ) -> impl Future<Output = Result<SavepointState>> + Send;
     /// `POST /v1/start {"fromSavepoint": path}`: a standby job restores and runs (shadow upgrades).
+    /// `epoch`: the new run's epoch (status.epoch), so the run fences older ones.
     fn start(
         &self,
         ep: &Endpoint,
         from_savepoint: Option<&str>,
+        epoch: u64,
     ) -> impl Future<Output = Result<()>> + Send;
+    /// `POST /v1/cancel`: the job stops without a checkpoint or any commit (a version whose
+    /// output must not become visible, before its pod is deleted).
+    fn cancel(&self, ep: &Endpoint) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// [`ControlApi`] over HTTP with reqwest.
@@ -312,12 +319,22 @@ impl ControlApi for HttpControl {
         wire.into_state()
     }
 
-    async fn start(&self, ep: &Endpoint, from_savepoint: Option<&str>) -> Result<()> {
+    async fn start(&self, ep: &Endpoint, from_savepoint: Option<&str>, epoch: u64) -> Result<()> {
         self.send(
             self.client
                 .post(format!("{}/v1/start", ep.base_url))
                 .bearer_auth(&ep.token)
-                .json(&serde_json::json!({ "fromSavepoint": from_savepoint })),
+                .json(&serde_json::json!({ "fromSavepoint": from_savepoint, "epoch": epoch })),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn cancel(&self, ep: &Endpoint) -> Result<()> {
+        self.send(
+            self.client
+                .post(format!("{}/v1/cancel", ep.base_url))
+                .bearer_auth(&ep.token),
         )
         .await?;
         Ok(())

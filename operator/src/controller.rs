@@ -352,6 +352,7 @@ fn action_name(a: &Action) -> &'static str {
         Action::CreatePlanPod { .. } => "CreatePlanPod",
         Action::TriggerSavepoint { .. } => "TriggerSavepoint",
         Action::Start { .. } => "Start",
+        Action::Cancel { .. } => "Cancel",
         Action::DisposeSavepoints { .. } => "DisposeSavepoints",
     }
 }
@@ -503,9 +504,23 @@ async fn apply<C: ControlApi>(
         Action::Start {
             pod,
             from_savepoint,
+            epoch,
         } => {
             let ep = endpoint(observed, pod, ctx.settings.control_port, token)?;
-            ctx.control.start(&ep, from_savepoint.as_deref()).await?;
+            ctx.control
+                .start(&ep, from_savepoint.as_deref(), *epoch)
+                .await?;
+        }
+        Action::Cancel { pod } => {
+            // best effort: an unreachable pod is deleted anyway, and fencing stops it
+            match endpoint(observed, pod, ctx.settings.control_port, token) {
+                Ok(ep) => {
+                    if let Err(e) = ctx.control.cancel(&ep).await {
+                        tracing::info!(%pod, error = %e, "cannot cancel before deleting; fencing by epoch still applies");
+                    }
+                }
+                Err(e) => tracing::debug!(%pod, error = %e, "no endpoint to cancel"),
+            }
         }
         Action::DisposeSavepoints { paths } => {
             create_dispose_pod(ctx, job, owner, paths).await?;

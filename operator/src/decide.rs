@@ -522,8 +522,11 @@ pub struct PodPlan {
     pub from_savepoint: Option<String>,
     /// `--standby`: load the job graph and wait for `POST /v1/start` (shadow upgrades).
     pub standby: bool,
-    /// Start empty even if checkpoints exist (a stateless upgrade): no `--resume`.
+    /// Start empty even if checkpoints exist (a stateless upgrade): `--fresh`.
     pub fresh: bool,
+    /// The run's epoch (`--epoch`): assigned by [`decide`] from `status.epoch`, which is written
+    /// before the pod exists, so every run fences all older ones (see the runtime's `fence`).
+    pub epoch: u64,
 }
 
 /// What the controller must do, in order.
@@ -556,10 +559,16 @@ pub enum Action {
         stop: bool,
         standby: bool,
     },
-    /// `POST /v1/start` on a standby pod.
+    /// `POST /v1/start` on a standby pod; `epoch` as in [`PodPlan::epoch`].
     Start {
         pod: String,
         from_savepoint: Option<String>,
+        epoch: u64,
+    },
+    /// `POST /v1/cancel` (best effort) on a runtime pod about to be deleted whose version must
+    /// not commit anything more: no final checkpoint on its SIGTERM.
+    Cancel {
+        pod: String,
     },
     /// Delete savepoints from storage (a short-lived pod of the job's image).
     DisposeSavepoints {
@@ -898,6 +907,48 @@ impl Ctx<'_> {
         }
     }
 
+    /// Deletes a runtime pod whose version must not commit anything more (rolled back, replaced,
+    /// left over): it is cancelled first, so its SIGTERM takes no final checkpoint. The cancel is
+    /// best effort; fencing by epoch holds without it.
+    fn cancel_and_delete(&mut self, name: &str) {
+        let a = Action::Cancel {
+            pod: name.to_string(),
+        };
+        if self.actions.contains(&a) {
+            return;
+        }
+        // before the deletion, if one was already decided
+        let at = self
+            .actions
+            .iter()
+            .position(|b| matches!(b, Action::DeletePod { name: n } if n == name))
+            .unwrap_or(self.actions.len());
+        self.actions.insert(at, a);
+        self.delete_pod(name);
+    }
+
+    /// Every run this decision starts gets the next epoch, and status (written before any action)
+    /// records the largest: a pod never runs with an epoch that status does not cover.
+    fn assign_epochs(&mut self) {
+        let mut epoch = self.st.epoch.unwrap_or(0);
+        for a in &mut self.actions {
+            match a {
+                Action::CreatePod(p) => {
+                    epoch += 1;
+                    p.epoch = epoch;
+                }
+                Action::Start { epoch: e, .. } => {
+                    epoch += 1;
+                    *e = epoch;
+                }
+                _ => {}
+            }
+        }
+        if epoch > 0 {
+            self.st.epoch = Some(epoch);
+        }
+    }
+
     fn delete_pod(&mut self, name: &str) {
         let a = Action::DeletePod {
             name: name.to_string(),
@@ -920,6 +971,7 @@ impl Ctx<'_> {
             fresh: from.is_none()
                 && self.st.upgrade.is_some()
                 && spec.upgrade.mode == UpgradeMode::Stateless,
+            epoch: 0,
         })));
         self.st.deployment = Some(DeploymentStatus {
             spec_hash: hash.to_string(),
@@ -1184,6 +1236,7 @@ impl Ctx<'_> {
                         from_savepoint: from,
                         standby: false,
                         fresh: false,
+                        epoch: 0,
                     })));
                     let msg = format!(
                         "runtime pod {active} is missing; recreated it (it resumes from the latest checkpoint)"
@@ -1729,6 +1782,7 @@ impl Ctx<'_> {
                     from_savepoint: None,
                     standby: true,
                     fresh: false,
+                    epoch: 0,
                 })));
             }
             Some(p) => {
@@ -1885,6 +1939,7 @@ impl Ctx<'_> {
                 self.actions.push(Action::Start {
                     pod: standby.clone(),
                     from_savepoint: up.savepoint.clone(),
+                    epoch: 0,
                 });
             } else {
                 if let Some(p) = alive.or(self.obs.pod(&standby)) {
@@ -1902,6 +1957,7 @@ impl Ctx<'_> {
                     from_savepoint: up.savepoint.clone(),
                     standby: false,
                     fresh: false,
+                    epoch: 0,
                 })));
             }
             self.set_stage(Stage {
@@ -1922,7 +1978,10 @@ impl Ctx<'_> {
         if let Some(a) = active.as_deref()
             && let Some(p) = self.obs.pod(a)
         {
-            if !p.terminating {
+            if !p.terminating && s.kind == Rollback {
+                // the version rolled back: its output after the savepoint must not appear
+                self.cancel_and_delete(a);
+            } else if !p.terminating {
                 self.delete_pod(a);
             }
             return;
@@ -1938,7 +1997,7 @@ impl Ctx<'_> {
         if !others.is_empty() {
             for o in others {
                 if self.obs.pod(&o).is_some_and(|p| !p.terminating) {
-                    self.delete_pod(&o);
+                    self.cancel_and_delete(&o);
                 }
             }
             return;
@@ -2016,6 +2075,7 @@ impl Ctx<'_> {
             self.actions.push(Action::Start {
                 pod: watched.clone(),
                 from_savepoint: up.savepoint.clone(),
+                epoch: 0,
             });
             return;
         }
@@ -2033,6 +2093,7 @@ impl Ctx<'_> {
                     from_savepoint: up.savepoint.clone(),
                     standby: false,
                     fresh: false,
+                    epoch: 0,
                 })));
                 None
             }
@@ -2177,7 +2238,7 @@ impl Ctx<'_> {
                 rb.savepoint = up.savepoint.clone();
                 rb.started_at = up.started_at.clone();
                 if kind == Shadow {
-                    self.delete_pod(watched);
+                    self.cancel_and_delete(watched);
                     let old = self.active().unwrap_or_default();
                     let warm = self
                         .obs
@@ -2197,6 +2258,7 @@ impl Ctx<'_> {
                         self.actions.push(Action::Start {
                             pod: old,
                             from_savepoint: up.savepoint.clone(),
+                            epoch: 0,
                         });
                     }
                     // Otherwise Rollback/Stopped recreates the old version.
@@ -2413,7 +2475,13 @@ impl Ctx<'_> {
             _ => None,
         };
         for d in doomed {
-            if Some(&d) != protected_old.as_ref() {
+            if Some(&d) == protected_old.as_ref() {
+                continue;
+            }
+            if self.obs.pod(&d).is_some_and(|p| p.role == PodRole::Runtime) {
+                // not the deployed version: whatever it is, it must not commit again
+                self.cancel_and_delete(&d);
+            } else {
                 self.delete_pod(&d);
             }
         }
@@ -2445,6 +2513,7 @@ impl Ctx<'_> {
     fn finish(mut self) -> Decision {
         self.retention();
         self.gc();
+        self.assign_epochs();
         if self.degraded.is_none()
             && let Some(a) = self.active()
         {

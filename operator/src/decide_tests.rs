@@ -176,6 +176,7 @@ fn tags(d: &Decision) -> Vec<String> {
             Action::Start { from_savepoint, .. } => {
                 format!("Start:{}", from_savepoint.as_deref().unwrap_or("-"))
             }
+            Action::Cancel { pod } => format!("Cancel:{pod}"),
             Action::DisposeSavepoints { paths } => format!("Dispose:{}", paths.join(",")),
         })
         .collect()
@@ -345,6 +346,30 @@ impl Case {
             .filter(|t| t != "EnsureConfig" && !t.starts_with("DeleteConfig"))
             .collect();
         assert_eq!(got, self.actions, "{name}: actions");
+        // fencing: every run started gets a new epoch above the recorded one, status (written
+        // before any action) covers them all, and a Cancel always precedes its pod's deletion
+        let mut last = self.status.epoch.unwrap_or(0);
+        for (i, a) in d.actions.iter().enumerate() {
+            let epoch = match a {
+                Action::CreatePod(p) => Some(p.epoch),
+                Action::Start { epoch, .. } => Some(*epoch),
+                Action::Cancel { pod } => {
+                    assert!(
+                        d.actions[i..]
+                            .iter()
+                            .any(|b| matches!(b, Action::DeletePod { name } if name == pod)),
+                        "{name}: Cancel of {pod} without its deletion"
+                    );
+                    None
+                }
+                _ => None,
+            };
+            if let Some(e) = epoch {
+                assert!(e > last, "{name}: epoch {e} not above {last}");
+                last = e;
+            }
+        }
+        assert_eq!(d.status.epoch.unwrap_or(0), last, "{name}: status.epoch");
         for c in self.conds {
             assert_eq!(
                 cond(&d, c).status,
@@ -1531,7 +1556,7 @@ fn cases() -> Vec<Case> {
         )
         .stage("Rollback/Stopped")
         .phase(Phase::RollingBack)
-        .acts(&["DeletePod:clicks-new"])
+        .acts(&["Cancel:clicks-new", "DeletePod:clicks-new"])
         .conds(&["Upgrading", "Degraded"]),
     );
     let mut o = Observed::new(t(230));
@@ -1638,6 +1663,7 @@ fn cases() -> Vec<Case> {
     p.restarts = 4;
     o.pods.push(p);
     let del_sb: &'static str = Box::leak(format!("DeletePod:{sb}").into_boxed_str());
+    let cancel_sb: &'static str = Box::leak(format!("Cancel:{sb}").into_boxed_str());
     v.push(
         Case::new(
             "shadow: standby crash-loops, abort",
@@ -1646,7 +1672,7 @@ fn cases() -> Vec<Case> {
             o,
         )
         .stage("Shadow/Aborted")
-        .acts(Box::leak(vec![del_sb].into_boxed_slice()))
+        .acts(Box::leak(vec![cancel_sb, del_sb].into_boxed_slice()))
         .conds(&["Ready"])
         .outcome(Outcome::Aborted),
     );
@@ -1662,7 +1688,7 @@ fn cases() -> Vec<Case> {
             o,
         )
         .stage("Shadow/Aborted")
-        .acts(Box::leak(vec![del_sb].into_boxed_slice()))
+        .acts(Box::leak(vec![cancel_sb, del_sb].into_boxed_slice()))
         .outcome(Outcome::Aborted)
         .conds(&["Ready"]),
     );
@@ -1705,7 +1731,7 @@ fn cases() -> Vec<Case> {
             o2,
         )
         .stage("Shadow/Aborted")
-        .acts(Box::leak(vec![del_sb].into_boxed_slice()))
+        .acts(Box::leak(vec![cancel_sb, del_sb].into_boxed_slice()))
         .conds(&["Ready"])
         .outcome(Outcome::Aborted),
     );
@@ -1764,7 +1790,7 @@ fn cases() -> Vec<Case> {
         )
         .idle()
         .phase(Phase::Running)
-        .acts(&["DeletePod:clicks-old"])
+        .acts(&["Cancel:clicks-old", "DeletePod:clicks-old"])
         .outcome(Outcome::Promoted)
         .conds(&["Ready"]),
     );
@@ -1780,7 +1806,7 @@ fn cases() -> Vec<Case> {
         .stage("Rollback/Restoring")
         .phase(Phase::RollingBack)
         .acts(Box::leak(
-            vec![del_sb, "Start:s3://b/sp/clicks/sp-1"].into_boxed_slice(),
+            vec![cancel_sb, del_sb, "Start:s3://b/sp/clicks/sp-1"].into_boxed_slice(),
         ))
         .conds(&["Upgrading"]),
     );
@@ -1796,7 +1822,7 @@ fn cases() -> Vec<Case> {
             o,
         )
         .stage("Rollback/Stopped")
-        .acts(Box::leak(vec![del_sb].into_boxed_slice()))
+        .acts(Box::leak(vec![cancel_sb, del_sb].into_boxed_slice()))
         .conds(&["Upgrading"]),
     );
     let mut sh_rb = with_upgrade(
@@ -1914,7 +1940,7 @@ fn cases() -> Vec<Case> {
             o,
         )
         .stage("Suspend/Suspended")
-        .acts(&["DeletePod:clicks-stray"]),
+        .acts(&["Cancel:clicks-stray", "DeletePod:clicks-stray"]),
     );
     v.push(
         Case::new(

@@ -290,6 +290,10 @@ pub fn runtime_pod(owner: &Owner, plan: &PodPlan, control_port: u16) -> Pod {
         "--control-addr".into(),
         format!("$(POD_IP):{control_port}"),
     ];
+    // every pod resumes its own run's commits when its container restarts in place (the run
+    // is told apart by its epoch), whatever the upgrade mode: a stateless start is `--fresh`
+    // only until its first commit
+    args.extend(["--epoch".to_string(), plan.epoch.to_string()]);
     match &plan.from_savepoint {
         Some(from) => {
             args.push("--from-savepoint".into());
@@ -299,7 +303,7 @@ pub fn runtime_pod(owner: &Owner, plan: &PodPlan, control_port: u16) -> Pod {
             }
         }
         None if !plan.fresh => args.push("--resume".into()),
-        None => {}
+        None => args.extend(["--fresh".to_string(), "--resume".to_string()]),
     }
     if plan.standby {
         args.push("--standby".into());
@@ -568,6 +572,7 @@ spec:
             from_savepoint: Some("s3://b/sp/1".into()),
             standby: false,
             fresh: false,
+            epoch: 0,
         };
         let p = runtime_pod(&owner(), &plan, 8081);
         let meta = &p.metadata;
@@ -589,6 +594,8 @@ spec:
                 "env:STREAMJOB_MANIFEST",
                 "--control-addr",
                 "$(POD_IP):8081",
+                "--epoch",
+                "0",
                 "--from-savepoint",
                 "s3://b/sp/1",
                 "--resume"
@@ -672,6 +679,7 @@ spec:
             from_savepoint: None,
             standby: false,
             fresh: true,
+            epoch: 0,
         };
         plan.spec.parallelism = 2;
         plan.spec.workers = 2;
@@ -707,6 +715,7 @@ spec:
             from_savepoint: None,
             standby: false,
             fresh: false,
+            epoch: 0,
         };
         let p = with_default_resources(runtime_pod(&owner(), &plan, 8081), Some(&defaults));
         let c = &p.spec.as_ref().unwrap().containers[0];
@@ -738,6 +747,7 @@ spec:
             from_savepoint: None,
             standby: true,
             fresh: false,
+            epoch: 0,
         };
         let p = runtime_pod(&owner(), &plan, 9000);
         let args = p.spec.unwrap().containers[0].args.clone().unwrap();
@@ -746,12 +756,16 @@ spec:
         assert!(!args.contains(&"--from-savepoint".to_string()));
         let fresh = PodPlan {
             fresh: true,
+            epoch: 7,
             standby: false,
             ..plan
         };
         let p = runtime_pod(&owner(), &fresh, 9000);
         let args = p.spec.unwrap().containers[0].args.clone().unwrap();
-        assert!(!args.contains(&"--resume".to_string()));
+        // a stateless start ignores older checkpoints, but a container restarted in place
+        // resumes its own run's (epoch 7) commits instead of emitting everything again
+        let joined = args.join(" ");
+        assert!(joined.contains("--epoch 7 --fresh --resume"), "{joined}");
     }
 
     #[test]

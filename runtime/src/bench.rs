@@ -158,6 +158,8 @@ async fn measure(
                 max_restarts: 0,
                 standby: false,
                 workers: cluster,
+                epoch: None,
+                resume_own: false,
             },
             s2,
             rx,

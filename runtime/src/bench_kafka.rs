@@ -103,6 +103,8 @@ async fn job(
                 max_restarts: 0,
                 standby: false,
                 workers: None,
+                epoch: None,
+                resume_own: false,
             },
             shared.clone(),
             rx,

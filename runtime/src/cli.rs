@@ -36,6 +36,9 @@ use crate::storage::Location;
 
 /// Exit code of an incompatible restore.
 pub const EXIT_INCOMPATIBLE: u8 = 3;
+/// Exit code of a run fenced off by a newer epoch (see [`crate::fence`]): it committed nothing
+/// after the newer run started and must not be restarted.
+pub const EXIT_SUPERSEDED: u8 = 4;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -60,6 +63,15 @@ struct RunArgs {
     /// only one taken after restoring that savepoint).
     #[arg(long)]
     resume: bool,
+    /// This run's epoch (the operator's status.epoch): a run commits output only while no run
+    /// with a larger epoch has started; with --resume a container restarted in place continues
+    /// from its own epoch's latest commit. Unset: a local run that fences nobody.
+    #[arg(long, env = "STREAMJOB_EPOCH")]
+    epoch: Option<u64>,
+    /// Start empty even if checkpoints exist (a stateless upgrade); with --resume and --epoch a
+    /// restarted container still continues from its own epoch's commits.
+    #[arg(long, conflicts_with = "from_savepoint")]
+    fresh: bool,
     /// Load and plan the job graph, serve the control API in state `standby` and run nothing
     /// until `POST /v1/start` (which decides the restore; --from-savepoint/--resume are ignored).
     #[arg(long)]
@@ -279,9 +291,11 @@ async fn dispatch(cli: Cli, registry: Registry) -> ExitCode {
             crate::termination::write(&format!("error: {e}"));
             match e {
                 Error::Incompatible { .. } => ExitCode::from(EXIT_INCOMPATIBLE),
-                Error::Manifest(_) | Error::Plan { .. } | Error::Unsupported(_) => {
-                    ExitCode::from(2)
-                }
+                Error::Superseded { .. } => ExitCode::from(EXIT_SUPERSEDED),
+                Error::Manifest(_)
+                | Error::Plan { .. }
+                | Error::Unsupported(_)
+                | Error::Rewind { .. } => ExitCode::from(2),
                 _ => ExitCode::from(1),
             }
         }
@@ -333,6 +347,7 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
     let graph = load(&args.manifest, &registry).await?;
     let exit_grace = streamjob_crds::units::parse_duration("--exit-grace", &args.exit_grace)?;
     let restore = match (&args.from_savepoint, args.resume) {
+        _ if args.fresh => RestoreFrom::Empty,
         (Some(p), true) => RestoreFrom::ResumeAfter(p.clone()),
         (Some(p), false) => RestoreFrom::Path(p.clone()),
         (None, true) => RestoreFrom::LatestCheckpoint,
@@ -381,7 +396,7 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
                         eprintln!("exiting without savepoint");
                         std::process::exit(130);
                     }
-                    "standby" | "finished" | "created" => {
+                    "standby" | "finished" | "created" | "cancelled" => {
                         tracing::info!(%state, "signal: nothing runs, exiting");
                         std::process::exit(0);
                     }
@@ -470,6 +485,8 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
             max_restarts: args.max_restarts,
             standby: args.standby,
             workers: workers.clone(),
+            epoch: args.epoch,
+            resume_own: args.resume && args.epoch.is_some(),
         },
         shared.clone(),
         requests,
@@ -479,6 +496,7 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
         w.shutdown(match &result {
             Ok(Outcome::Finished) => "the job finished",
             Ok(Outcome::Checkpointed { .. }) => "the coordinator stopped with a final checkpoint",
+            Ok(Outcome::Cancelled) => "the job was cancelled",
             Ok(_) => "the job stopped with a savepoint",
             Err(_) => "the job failed",
         })
@@ -504,6 +522,8 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
             }
             Ok(ExitCode::SUCCESS)
         }
+        // run_job waits in state `cancelled` instead of returning this
+        Outcome::Cancelled => Ok(ExitCode::SUCCESS),
         Outcome::Checkpointed { checkpoint } => {
             println!("checkpoint: {checkpoint}");
             crate::termination::write(&crate::termination::checkpoint(&checkpoint));

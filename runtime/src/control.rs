@@ -6,7 +6,8 @@
 //! | GET    | `/v1/status`           | [`crate::coordinator::JobStatus`] |
 //! | POST   | `/v1/savepoints`       | `{"dir"?: string, "stop": bool, "standby"?: bool}` → 202 `{"id"}` (409 unless a job runs) |
 //! | GET    | `/v1/savepoints/{id}`  | `{"state": "pending"\|"completed"\|"failed", "path"?, "error"?}` |
-//! | POST   | `/v1/start`            | `{"fromSavepoint"?: string\|null}` → 202 `{"state": "restoring"}` (409 unless in standby) |
+//! | POST   | `/v1/start`            | `{"fromSavepoint"?: string\|null, "epoch"?: int}` → 202 `{"state": "restoring"}` (409 unless in standby) |
+//! | POST   | `/v1/cancel`           | → 202 `{"state": "cancelled"}`: stop now, no checkpoint, no commit |
 //! | GET    | `/metrics`             | Prometheus text |
 //!
 //! `stop` with `standby`: after the savepoint the process stays up in state `standby` and a later
@@ -49,6 +50,9 @@ struct SavepointBody {
 struct StartBody {
     #[serde(default)]
     from_savepoint: Option<String>,
+    /// The new run's epoch (see [`crate::fence`]).
+    #[serde(default)]
+    epoch: Option<u64>,
 }
 
 fn conflict(message: String) -> Response {
@@ -120,7 +124,7 @@ async fn start(State(st): State<AppState>, body: Option<Json<StartBody>>) -> Res
         ));
     }
     let from = body.from_savepoint.filter(|p| !p.is_empty());
-    let reply = st.shared.request_start(from.clone());
+    let reply = st.shared.request_start(from.clone(), body.epoch);
     match tokio::time::timeout(std::time::Duration::from_secs(10), reply).await {
         Ok(Ok(Ok(()))) => (
             StatusCode::ACCEPTED,
@@ -134,6 +138,17 @@ async fn start(State(st): State<AppState>, body: Option<Json<StartBody>>) -> Res
         )
             .into_response(),
     }
+}
+
+/// Stops the job without committing anything more: the operator calls it before deleting a
+/// version whose output must not become visible (a rollback, an aborted upgrade).
+async fn cancel(State(st): State<AppState>) -> Response {
+    st.shared.request_cancel();
+    (
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({"state": "cancelled"})),
+    )
+        .into_response()
 }
 
 async fn savepoint(State(st): State<AppState>, Path(id): Path<String>) -> Response {
@@ -172,6 +187,7 @@ pub fn router(shared: Arc<Shared>, token: Option<String>) -> Router {
         .route("/v1/savepoints", post(trigger))
         .route("/v1/savepoints/{id}", get(savepoint))
         .route("/v1/start", post(start))
+        .route("/v1/cancel", post(cancel))
         .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(st.clone(), auth));
     Router::new()

@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
+use crate::fence::{Fence, StartCheck, check_start};
 use crate::graph::{JobGraph, Node, Partition};
 use crate::keygroups::key_group_range;
 use crate::metrics::{JobMetrics, OperatorMetrics};
@@ -56,6 +57,9 @@ pub enum Outcome {
     /// Stopped (SIGTERM in coordinator mode) with a final checkpoint at this path, which
     /// `--resume` restores.
     Checkpointed { checkpoint: String },
+    /// Cancelled by `POST /v1/cancel`: nothing was committed after the last commit (only seen
+    /// inside [`run_job`], which then waits in state `cancelled`).
+    Cancelled,
 }
 
 /// A reference to a completed snapshot, as the status reports it.
@@ -147,8 +151,14 @@ pub enum ControlRequest {
     /// The reply says whether it was accepted.
     Start {
         from_savepoint: Option<String>,
+        /// The epoch of the new run (the operator's `status.epoch`); `None` keeps the process's.
+        epoch: Option<u64>,
         reply: tokio::sync::oneshot::Sender<std::result::Result<(), String>>,
     },
+    /// `POST /v1/cancel`: stop at once without a checkpoint, a savepoint or any commit (a version
+    /// that must not commit: rolled back, or an aborted upgrade). The process then waits in state
+    /// `cancelled` until it is deleted, so a container restart cannot run it again.
+    Cancel,
 }
 
 /// State shared between the coordinator and the control API.
@@ -213,14 +223,21 @@ impl Shared {
         let _ = self.requests.send(ControlRequest::StopWithCheckpoint);
     }
 
+    /// Asks the job to stop without committing anything more (see [`ControlRequest::Cancel`]).
+    pub fn request_cancel(&self) {
+        let _ = self.requests.send(ControlRequest::Cancel);
+    }
+
     /// Asks a job in standby to start; the receiver gets whether it was accepted.
     pub fn request_start(
         &self,
         from_savepoint: Option<String>,
+        epoch: Option<u64>,
     ) -> tokio::sync::oneshot::Receiver<std::result::Result<(), String>> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         if let Err(e) = self.requests.send(ControlRequest::Start {
             from_savepoint,
+            epoch,
             reply,
         }) && let ControlRequest::Start { reply, .. } = e.0
         {
@@ -302,6 +319,12 @@ pub struct RunOptions {
     pub standby: bool,
     /// Run the subtasks on these registered workers instead of in this process.
     pub workers: Option<Arc<crate::cluster::workers::Workers>>,
+    /// This run's epoch (see [`crate::fence`]); `None` for a local run without an operator.
+    pub epoch: Option<u64>,
+    /// `--resume` with an epoch: a run of the same epoch that already committed (this container
+    /// ran before and was restarted in place) continues from its own latest commit, whatever
+    /// `restore` says.
+    pub resume_own: bool,
 }
 
 struct Pending {
@@ -543,6 +566,7 @@ fn metadata_for(
     barrier: &Barrier,
     acks: &BTreeMap<(usize, usize), Option<(String, u64)>>,
     lineage: &[String],
+    commit_seq: u64,
 ) -> SnapshotMetadata {
     let operators = graph
         .steps
@@ -580,6 +604,7 @@ fn metadata_for(
         parallelism: graph.spec.parallelism,
         operators,
         lineage: lineage.to_vec(),
+        commit_seq: Some(commit_seq),
     }
 }
 
@@ -662,20 +687,29 @@ pub async fn run_job(
 ) -> Result<Outcome> {
     let mut standby = opts.standby;
     let mut restore = opts.restore.clone();
+    let mut epoch = opts.epoch;
+    let mut resume_own = opts.resume_own;
     // checkpoint ids keep growing across the runs of this process
     let mut next_id = 0u64;
     let mut failed = false;
     loop {
         if standby {
-            restore = wait_for_start(&shared, &mut requests, !failed).await?;
+            let (from, new_epoch) = wait_for_start(&shared, &mut requests, !failed).await?;
+            restore = from;
+            epoch = new_epoch.or(epoch);
+            // a start names its restore: the standby run has no progress of its own to resume
+            resume_own = false;
         }
         let from_standby = standby;
-        let span = tracing::info_span!("run", restore = ?restore);
+        let span = tracing::info_span!("run", restore = ?restore, epoch = ?epoch);
         let result = run_session(
             &graph,
             &restore,
-            opts.max_restarts,
-            opts.workers.as_ref(),
+            SessionSettings {
+                fencing: Fencing { epoch, resume_own },
+                max_restarts: opts.max_restarts,
+                workers: opts.workers.as_ref(),
+            },
             &shared,
             &mut requests,
             &mut next_id,
@@ -692,6 +726,14 @@ pub async fn run_job(
                 standby = true;
                 failed = false;
             }
+            Ok(Outcome::Cancelled) => {
+                tracing::warn!(
+                    "cancelled: nothing more is committed; waiting to be deleted (or POST /v1/start)"
+                );
+                shared.set_state("cancelled");
+                standby = true;
+                failed = true;
+            }
             Err(e) => {
                 shared.update(|s| {
                     s.state = "failed".into();
@@ -699,7 +741,7 @@ pub async fn run_job(
                 });
                 // a job started from standby keeps the process up, so the operator reads the
                 // reason and may start it again (a rollback)
-                if !from_standby || shutdown {
+                if !from_standby || shutdown || matches!(e, Error::Superseded { .. }) {
                     return Err(e);
                 }
                 tracing::error!(error = %e, "the job failed: waiting for POST /v1/start");
@@ -716,7 +758,7 @@ async fn wait_for_start(
     shared: &Arc<Shared>,
     requests: &mut mpsc::UnboundedReceiver<ControlRequest>,
     show: bool,
-) -> Result<RestoreFrom> {
+) -> Result<(RestoreFrom, Option<u64>)> {
     if show {
         shared.set_state("standby");
     }
@@ -731,32 +773,144 @@ async fn wait_for_start(
         match req {
             ControlRequest::Start {
                 from_savepoint,
+                epoch,
                 reply,
             } => {
                 shared.awaiting_start.store(false, Ordering::SeqCst);
                 // `restoring` before the reply: whoever reads the status next sees the start
                 shared.set_state("restoring");
                 let _ = reply.send(Ok(()));
-                tracing::info!(from_savepoint = ?from_savepoint, "start requested");
-                return Ok(match from_savepoint {
+                tracing::info!(from_savepoint = ?from_savepoint, ?epoch, "start requested");
+                let from = match from_savepoint {
                     Some(p) => RestoreFrom::Path(p),
                     None => RestoreFrom::Empty,
-                });
+                };
+                return Ok((from, epoch));
             }
             ControlRequest::Savepoint { id, .. } => {
                 shared.finish_request(&id, Err("the job is not running (standby)".into()));
             }
-            ControlRequest::StopWithCheckpoint => {}
+            ControlRequest::StopWithCheckpoint | ControlRequest::Cancel => {}
         }
     }
+}
+
+/// A run's place in the fencing commit sequence: its next commit is `base + 1`.
+struct Commits<'a> {
+    fence: &'a Fence,
+    base: u64,
+}
+
+/// How a session runs: fencing, restarts, where its subtasks run.
+struct SessionSettings<'a> {
+    fencing: Fencing,
+    max_restarts: u32,
+    workers: Option<&'a Arc<crate::cluster::workers::Workers>>,
+}
+
+/// A run's fencing settings (see [`RunOptions`]).
+#[derive(Clone, Copy, Debug)]
+struct Fencing {
+    epoch: Option<u64>,
+    resume_own: bool,
+}
+
+/// What a run restores, decided with the fencing directory: its own latest commit when a
+/// container restarted in place, the newest commit for "latest", else `restore`; then checked
+/// against commits made after that state ([`check_start`]).
+async fn restore_point(
+    graph: &JobGraph,
+    restore: &RestoreFrom,
+    fencing: Fencing,
+    fence: &Fence,
+    tip_at_start: Option<u64>,
+) -> Result<(Option<(LoadedSnapshot, Location)>, u64)> {
+    let own = if fencing.resume_own {
+        fence.latest_of_own_epoch().await?
+    } else {
+        None
+    };
+    let restore = match (own, restore) {
+        (Some(c), _) => {
+            tracing::info!(path = %c.path, seq = c.seq, epoch = c.epoch, "resuming this run's own latest commit (the container restarted)");
+            RestoreFrom::Path(c.path)
+        }
+        (None, RestoreFrom::LatestCheckpoint) => match fence.tip().await? {
+            // the newest commit may be a stop with savepoint, newer than any checkpoint
+            Some(c) if restorable(graph, &c.path).await => RestoreFrom::Path(c.path),
+            _ => RestoreFrom::LatestCheckpoint,
+        },
+        (None, r) => r.clone(),
+    };
+    let resolved = resolve_restore(graph, &restore).await?;
+    let state_seq = resolved.as_ref().and_then(|(s, _)| s.metadata.commit_seq);
+    let tip = fence.listing().await?.tip();
+    match check_start(state_seq, tip, tip_at_start) {
+        StartCheck::Proceed { base } => Ok((resolved, base)),
+        StartCheck::Refuse { reason } => Err(Error::Rewind {
+            path: resolved
+                .map(|(_, l)| l.display().to_string())
+                .unwrap_or_default(),
+            reason,
+        }),
+        StartCheck::Adopt { seq } => {
+            let adopted = adopt(graph, fence, seq, resolved.as_ref().map(|(s, _)| s)).await?;
+            Ok((Some(adopted), seq))
+        }
+    }
+}
+
+async fn restorable(graph: &JobGraph, path: &str) -> bool {
+    match Location::parse(path, graph.spec.storage.as_ref()) {
+        Ok(l) => l.exists(METADATA_FILE).await.unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Continues from commit `seq`, made by another run from the same state as `from` (a zombie of
+/// the run before this one), so that its output is neither lost nor written again. Refused when
+/// that commit does not continue `from` or this job graph cannot restore it.
+async fn adopt(
+    graph: &JobGraph,
+    fence: &Fence,
+    seq: u64,
+    from: Option<&LoadedSnapshot>,
+) -> Result<(LoadedSnapshot, Location)> {
+    let Some(commit) = fence.read(seq).await? else {
+        return Err(Error::Other(format!(
+            "fencing: commit {seq} vanished while this run adopted it"
+        )));
+    };
+    let refuse = |reason: String| Error::Rewind {
+        path: from.map(|s| s.path.clone()).unwrap_or_default(),
+        reason,
+    };
+    let (snap, loc) = resolve_restore(graph, &RestoreFrom::Path(commit.path.clone()))
+        .await
+        .map_err(|e| {
+            refuse(format!(
+                "commit {seq} by epoch {} ({}) continued this state meanwhile and cannot be restored by this job: {e}",
+                commit.epoch, commit.path
+            ))
+        })?
+        .ok_or_else(|| refuse(format!("commit {seq} names no snapshot")))?;
+    if let Some(from) = from
+        && !snap.metadata.continues(&from.metadata)
+    {
+        return Err(refuse(format!(
+            "commit {seq} by epoch {} ({}) does not continue this state",
+            commit.epoch, commit.path
+        )));
+    }
+    tracing::warn!(seq, epoch = commit.epoch, path = %commit.path, "another run committed this state's continuation first: continuing from its commit, so its output is neither lost nor written twice");
+    Ok((snap, loc))
 }
 
 /// One run of the job graph from `restore`, with restarts from its own latest checkpoint.
 async fn run_session(
     graph: &JobGraph,
     restore: &RestoreFrom,
-    max_restarts: u32,
-    workers: Option<&Arc<crate::cluster::workers::Workers>>,
+    settings: SessionSettings<'_>,
     shared: &Arc<Shared>,
     requests: &mut mpsc::UnboundedReceiver<ControlRequest>,
     next_id: &mut u64,
@@ -778,9 +932,19 @@ async fn run_session(
         s.latest_checkpoint = None;
         s.failure = None;
     });
-    let resolved = resolve_restore(graph, restore).await?;
+    let (fence, tip_at_start) = Fence::open(&ckpt_dir, settings.fencing.epoch).await?;
+    let SessionSettings {
+        fencing,
+        max_restarts,
+        workers,
+    } = settings;
+    let (resolved, base) = restore_point(graph, restore, fencing, &fence, tip_at_start).await?;
+    let mut commits = Commits {
+        fence: &fence,
+        base,
+    };
     // checkpoints of this run record what their state descends from
-    let lineage = resolved
+    let mut lineage = resolved
         .as_ref()
         .map(|(s, _)| s.metadata.lineage_of_descendants())
         .unwrap_or_default();
@@ -845,6 +1009,7 @@ async fn run_session(
                     retained,
                     restart_point.clone(),
                     &lineage,
+                    &mut commits,
                 )
                 .await
             }
@@ -858,9 +1023,15 @@ async fn run_session(
             Ok((outcome, _)) => {
                 shared.set_state(match outcome {
                     Outcome::StoppedToStandby { .. } => "standby",
+                    Outcome::Cancelled => "cancelled",
                     _ => "finished",
                 });
                 return Ok(outcome);
+            }
+            Err((e @ (Error::Superseded { .. } | Error::Rewind { .. }), _)) => {
+                shared.update(|s| s.failure = Some(e.to_string()));
+                shared.set_state("failed");
+                return Err(e);
             }
             Err((e, latest)) => {
                 shared.update(|s| s.failure = Some(e.to_string()));
@@ -904,6 +1075,20 @@ async fn run_session(
                     Some(loc) => Some(LoadedSnapshot::load(loc).await?),
                     None => None,
                 };
+                if let Error::LostCommit { seq, .. } = e {
+                    // this attempt's output is uncommitted and goes; the winner's stays
+                    match &snapshot {
+                        // a run started empty (stateless) starts empty again after it
+                        None => commits.base = seq,
+                        Some(current) => {
+                            let (snap, loc) = adopt(graph, &fence, seq, Some(current)).await?;
+                            lineage = snap.metadata.lineage_of_descendants();
+                            restart_point = Some(loc);
+                            snapshot = Some(snap);
+                            commits.base = seq;
+                        }
+                    }
+                }
             }
         }
     }
@@ -932,6 +1117,7 @@ async fn run_attempt(
     retained: usize,
     restart_point: Option<Location>,
     lineage: &[String],
+    commits: &mut Commits<'_>,
 ) -> std::result::Result<(Outcome, Option<Location>), (Error, Option<Location>)> {
     // the latest completed checkpoint (restart point) known so far
     let mut latest: Option<Location> = restart_point;
@@ -947,6 +1133,8 @@ async fn run_attempt(
     let mut rate = tokio::time::interval(Duration::from_secs(1));
     let mut last_in = (Instant::now(), shared.metrics.totals().0);
     let storage = graph.spec.storage.clone();
+    // unique per attempt: state files of two runs never share a name (see `Barrier`)
+    let state_prefix = format!("e{}-{:08x}/", commits.fence.epoch(), rand::random::<u32>());
 
     let trigger = |kind: BarrierKind,
                    target: Location,
@@ -954,7 +1142,12 @@ async fn run_attempt(
                    id: u64,
                    commands: &Vec<Vec<mpsc::UnboundedSender<TaskCommand>>>|
      -> Pending {
-        let barrier = Barrier { id, kind, target };
+        let barrier = Barrier {
+            id,
+            kind,
+            target,
+            state_prefix: state_prefix.clone(),
+        };
         tracing::info!(checkpoint = id, kind = ?kind, "triggering");
         if let Some(srcs) = commands.first() {
             for c in srcs {
@@ -1074,7 +1267,7 @@ async fn run_attempt(
                         }
                         let Some(p) = pending.take() else { continue };
                         let span = tracing::info_span!("checkpoint", id = p.barrier.id);
-                        let done = complete(graph, &p, shared, ckpt_dir, retained, lineage).instrument(span).await;
+                        let done = complete(graph, &p, shared, (ckpt_dir, retained), lineage, commits).instrument(span).await;
                         match done {
                             Ok(path) => {
                                 let notify = match p.barrier.kind {
@@ -1110,7 +1303,9 @@ async fn run_attempt(
                                 if let Some(r) = &p.request {
                                     shared.finish_request(r, Err(e.to_string()));
                                 }
-                                if p.barrier.ends_stream() {
+                                // fenced: this attempt must not go on producing output
+                                let fenced = matches!(e, Error::Superseded { .. } | Error::LostCommit { .. });
+                                if fenced || p.barrier.ends_stream() {
                                     return Err((e, latest));
                                 }
                             }
@@ -1128,6 +1323,13 @@ async fn run_attempt(
                     }
                     // the job ends anyway
                     Some(ControlRequest::StopWithCheckpoint) if ending.is_some() => {}
+                    Some(ControlRequest::Cancel) => {
+                        if let Some(r) = pending.take().and_then(|p| p.request) {
+                            shared.finish_request(&r, Err("the job was cancelled".into()));
+                        }
+                        tracing::warn!("cancel requested: stopping without a checkpoint or any commit");
+                        return Ok((Outcome::Cancelled, latest));
+                    }
                     Some(req) => queued.push(req),
                     None => {}
                 }
@@ -1178,12 +1380,59 @@ async fn complete(
     graph: &JobGraph,
     p: &Pending,
     shared: &Arc<Shared>,
-    ckpt_dir: &Location,
-    retained: usize,
+    (ckpt_dir, retained): (&Location, usize),
     lineage: &[String],
+    commits: &mut Commits<'_>,
 ) -> Result<String> {
-    let meta = metadata_for(graph, &p.barrier, &p.acks, lineage);
-    p.barrier.target.put(METADATA_FILE, meta.to_json()?).await?;
+    let fence = commits.fence;
+    // checkpoints and stops with savepoint commit output; other savepoints do not
+    let commit = match p.barrier.kind {
+        BarrierKind::Checkpoint { .. } => true,
+        BarrierKind::Savepoint { stop } => stop,
+    };
+    let seq = if commit {
+        commits.base + 1
+    } else {
+        commits.base
+    };
+    // a run fenced off by a newer epoch stops here, before it writes anything that commits
+    let listing = if commit {
+        Some(fence.ensure_current().await?)
+    } else {
+        None
+    };
+    let meta = metadata_for(graph, &p.barrier, &p.acks, lineage, seq);
+    // create-only: a run fenced off meanwhile may take a checkpoint of the same number, and
+    // must neither replace nor (below) delete another run's metadata
+    if !p
+        .barrier
+        .target
+        .put_new(METADATA_FILE, meta.to_json()?)
+        .await?
+    {
+        return Err(Error::Other(format!(
+            "{} was completed by another run of this job",
+            p.barrier.target.display()
+        )));
+    }
+    if let Some(listing) = &listing {
+        match fence
+            .commit(listing, seq, p.barrier.target.display(), p.barrier.id)
+            .await
+        {
+            Ok(()) => commits.base = seq,
+            Err(e @ (Error::Superseded { .. } | Error::LostCommit { .. })) => {
+                // never a completed snapshot: nobody may restore it and commit its output
+                if let Err(d) = p.barrier.target.delete(METADATA_FILE).await {
+                    tracing::warn!(error = %d, "cannot delete the metadata of a fenced checkpoint");
+                }
+                return Err(e);
+            }
+            // e.g. the store is down: the commit object may or may not exist; the metadata
+            // stays so that either way the snapshot it names can be restored
+            Err(e) => return Err(e),
+        }
+    }
     let duration = p.started.elapsed();
     let info = SnapshotInfo {
         id: p.barrier.id,
@@ -1351,6 +1600,8 @@ mod tests {
                 max_restarts: 3,
                 standby: false,
                 workers: None,
+                epoch: None,
+                resume_own: false,
             },
             shared.clone(),
             rx,
@@ -1406,6 +1657,8 @@ mod tests {
                 max_restarts: 2,
                 standby: false,
                 workers: None,
+                epoch: None,
+                resume_own: false,
             },
             shared.clone(),
             rx,

@@ -79,6 +79,23 @@ pub enum Error {
     #[error("cluster: {0}")]
     Cluster(String),
 
+    /// A newer run of this job started (its epoch marker is in the checkpoint directory): this
+    /// run must not commit anything and stops without a final checkpoint (DESIGN §8).
+    #[error(
+        "fenced: run epoch {mine} is superseded by epoch {newer} (written to {dir}); stopping without committing"
+    )]
+    Superseded { mine: u64, newer: u64, dir: String },
+
+    /// Another run committed checkpoint number `seq` first, from the same state this attempt
+    /// continues; this attempt's uncommitted output is discarded and it restarts from that
+    /// checkpoint (see [`crate::fence`]).
+    #[error("commit {seq} was taken by epoch {epoch} ({path}) before this attempt's")]
+    LostCommit { seq: u64, epoch: u64, path: String },
+
+    /// Restoring the snapshot would write output that a later commit already made visible.
+    #[error("refusing to restore {path}: {reason}")]
+    Rewind { path: String, reason: String },
+
     /// Anything else, with a message that says what to do.
     #[error("{0}")]
     Other(String),

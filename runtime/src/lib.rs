@@ -16,6 +16,7 @@ pub mod control;
 pub mod coordinator;
 pub mod dead_letter;
 pub mod error;
+pub mod fence;
 pub mod graph;
 pub mod keygroups;
 pub mod metrics;

@@ -276,6 +276,7 @@ mod tests {
             parallelism: 2,
             operators: ops,
             lineage: Vec::new(),
+            commit_seq: None,
         }
     }
 

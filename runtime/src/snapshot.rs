@@ -12,7 +12,8 @@
 //! | 1             | 0.1.x   | first version (golden files in tests/golden/v1) |
 //!
 //! Fields added within version 1 (optional, so older files still decode and older runtimes
-//! ignore them): `lineage` — the identities ([`SnapshotMetadata::identity`]) of the snapshots the
+//! ignore them): `commitSeq` — the fencing commit this state includes ([`crate::fence`]);
+//! `lineage` — the identities ([`SnapshotMetadata::identity`]) of the snapshots the
 //! job's state descends from, oldest first. `--from-savepoint P --resume` uses it to tell this
 //! deployment's own checkpoints (taken after restoring P) from older ones in the same directory.
 //!
@@ -62,6 +63,11 @@ pub struct SnapshotMetadata {
     /// field existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lineage: Vec<String>,
+    /// The number of the last commit (see [`crate::fence`]) whose output this state includes:
+    /// the commit this snapshot made itself for checkpoints and stops with savepoint, the one
+    /// before it for other savepoints; absent in files written before fencing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_seq: Option<u64>,
 }
 
 /// Longest lineage kept: one entry per restore, so this is hundreds of restarts; only the newest
@@ -157,6 +163,14 @@ impl SnapshotMetadata {
             l.drain(..l.len() - MAX_LINEAGE);
         }
         l
+    }
+
+    /// Whether this snapshot's state continues `ancestor`'s: taken after restoring it, or later
+    /// in the same run (same lineage, larger id).
+    pub fn continues(&self, ancestor: &SnapshotMetadata) -> bool {
+        self.identity() == ancestor.identity()
+            || self.descends_from(ancestor)
+            || (self.lineage == ancestor.lineage && self.checkpoint_id > ancestor.checkpoint_id)
     }
 
     /// Whether this snapshot was taken by a job whose state descends from `ancestor`.
@@ -412,6 +426,7 @@ mod tests {
                 }],
             }],
             lineage: Vec::new(),
+            commit_seq: None,
         }
     }
 

@@ -128,6 +128,19 @@ impl Location {
         Ok(())
     }
 
+    /// Creates an object only if none exists at `rel` (`If-None-Match: *` on S3, an exclusive
+    /// create on local file systems): `false` when one already exists. This is the one atomic
+    /// step fencing relies on (see [`crate::fence`]).
+    pub async fn put_new(&self, rel: &str, bytes: impl Into<Bytes>) -> Result<bool> {
+        let payload = PutPayload::from(bytes.into());
+        let opts = object_store::PutOptions::from(object_store::PutMode::Create);
+        match self.store.put_opts(&self.path(rel), payload, opts).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(self.err(rel, e)),
+        }
+    }
+
     /// Reads an object.
     pub async fn get(&self, rel: &str) -> Result<Bytes> {
         let r = self

@@ -37,6 +37,10 @@ pub struct Barrier {
     pub kind: BarrierKind,
     /// Directory the snapshot is written to.
     pub target: Location,
+    /// Prefix of the state files inside `target` (`""` or `<run>/`), unique per run, so that a
+    /// fenced run that takes a checkpoint of the same number never overwrites another run's
+    /// state files (see [`crate::fence`]).
+    pub state_prefix: String,
 }
 
 impl Barrier {
@@ -279,7 +283,10 @@ async fn upload_and_ack(setup: &TaskSetup, barrier: &Barrier, snap: SubtaskSnaps
     let file = if snap.is_empty() {
         None
     } else {
-        let rel = format!("{}/subtask-{}.state", setup.ctx.uid, setup.ctx.subtask);
+        let rel = format!(
+            "{}{}/subtask-{}.state",
+            barrier.state_prefix, setup.ctx.uid, setup.ctx.subtask
+        );
         let bytes = encode_subtask(&snap);
         let len = bytes.len() as u64;
         barrier.target.put(&rel, bytes).await?;

@@ -1544,3 +1544,200 @@ fn a_typo_in_a_local_manifest_is_refused_naming_the_closest_field() {
         "{log:?}"
     );
 }
+
+/// The newest completed checkpoint's path and id.
+fn newest_checkpoint(ck: &Path) -> (u64, PathBuf) {
+    complete_checkpoints(ck)
+        .pop_last()
+        .expect("no complete checkpoint")
+}
+
+#[test]
+fn a_paused_run_resumed_after_a_newer_epoch_started_commits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let ck = dir.path().join("checkpoints");
+    let job = Job {
+        count: 80_000,
+        rate: 10_000,
+        file_sink: Some(out.clone()),
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "zombie", &job);
+    let m = m.to_str().unwrap();
+    let run = |epoch: &str, extra: &[&str]| {
+        let mut args = vec![
+            "coordinator",
+            m,
+            "--epoch",
+            epoch,
+            "--resume",
+            "--control-addr",
+            "127.0.0.1:0",
+        ];
+        args.extend_from_slice(extra);
+        start(&args)
+    };
+    // epoch 1 runs and is paused (a partitioned node, a stuck process)
+    let a = run("1", &[]);
+    assert!(a.wait_checkpoint(3));
+    kill(&a, "-STOP");
+    let (paused_at, early) = newest_checkpoint(&ck);
+    let stash = dir.path().join("early-checkpoint");
+    copy_dir(&early, &stash);
+    // its successor (epoch 2) resumes the latest commit and commits past it
+    let b = run("2", &[]);
+    assert!(
+        b.wait_checkpoint(paused_at + 2),
+        "the successor never committed"
+    );
+    // the paused run wakes up: its next commit is fenced, nothing of it becomes visible
+    kill(&a, "-CONT");
+    let (code, _, log) = a.finish_with_log();
+    assert_eq!(code, 4, "a superseded run exits 4: {log:?}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("fenced: run epoch 1 is superseded by epoch 2")),
+        "{log:?}"
+    );
+    // and it cannot start again
+    let again = Command::new(BIN)
+        .args(["coordinator", m, "--epoch", "1", "--resume"])
+        .args(["--control-addr", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(4));
+    let (code, _) = b.finish();
+    assert_eq!(code, 0);
+    let (rows, got) = read_sink(&out);
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+
+    // restoring a state that later commits continued would write their output again: refused
+    let rewind = Command::new(BIN)
+        .args([
+            "run",
+            m,
+            "--epoch",
+            "9",
+            "--from-savepoint",
+            stash.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&rewind.stderr);
+    assert_eq!(rewind.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("refusing to restore") && err.contains("a second time"),
+        "{err}"
+    );
+
+    // a stateless start (epoch 10, --fresh) whose container is killed resumes its own commits,
+    // never from empty again (which would write its output twice) nor the older run's state
+    let out3 = dir.path().join("out-fresh");
+    let fresh = Job {
+        file_sink: Some(out3.clone()),
+        ..job
+    };
+    let m3 = manifest(dir.path(), "zombie-fresh", &fresh);
+    let m3 = m3.to_str().unwrap();
+    let args = [
+        "coordinator",
+        m3,
+        "--epoch",
+        "10",
+        "--fresh",
+        "--resume",
+        "--control-addr",
+        "127.0.0.1:0",
+    ];
+    let c = start(&args);
+    let mut before_running = Vec::new();
+    for l in c.stderr.iter() {
+        let running = l.contains("job running");
+        before_running.push(l);
+        if running {
+            break;
+        }
+    }
+    assert!(
+        !before_running.iter().any(|l| l.contains(": restoring")),
+        "a fresh start restored: {before_running:?}"
+    );
+    let (id, _) = newest_checkpoint(&ck);
+    assert!(c.wait_checkpoint(id + 2));
+    let mut c = c;
+    c.child.kill().unwrap();
+    c.finish();
+    let c2 = start(&args);
+    assert!(
+        c2.wait_line("resuming this run's own latest commit")
+            .is_some(),
+        "the restarted container did not resume its own commit"
+    );
+    let (code, _) = c2.finish();
+    assert_eq!(code, 0);
+    let (rows, got) = read_sink(&out3);
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(fresh.seed, fresh.keys, fresh.count, 1000));
+}
+
+#[test]
+fn a_cancelled_version_commits_nothing_more_and_its_sigterm_takes_no_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let ck = dir.path().join("checkpoints");
+    let job = Job {
+        count: 60_000,
+        rate: 10_000,
+        file_sink: Some(out.clone()),
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "cancel", &job);
+    let m = m.to_str().unwrap();
+    let args = |epoch: &'static str| {
+        [
+            "coordinator",
+            m,
+            "--epoch",
+            epoch,
+            "--resume",
+            "--control-addr",
+            "127.0.0.1:0",
+        ]
+    };
+    // a rolled-back version: it ran and has in-progress output when the operator cancels it
+    let a = start(&args("1"));
+    let api = Api::of(&a);
+    assert!(a.wait_checkpoint(2));
+    let (code, r) = api.post("/v1/cancel", serde_json::json!({}));
+    assert_eq!(code, 202, "{r}");
+    api.wait_status("cancelled", |s| s["state"] == "cancelled");
+    let (newest, _) = newest_checkpoint(&ck);
+    let (committed, _) = read_sink(&out);
+    // the pod is deleted: SIGTERM ends it at once, without the final checkpoint a running
+    // coordinator takes
+    kill(&a, "-TERM");
+    let (code, stdout) = a.finish();
+    assert_eq!(code, 0);
+    assert!(
+        !stdout.iter().any(|l| l.starts_with("checkpoint: ")),
+        "{stdout:?}"
+    );
+    assert_eq!(
+        newest_checkpoint(&ck).0,
+        newest,
+        "a checkpoint after the cancel"
+    );
+    assert_eq!(
+        read_sink(&out).0,
+        committed,
+        "output committed after the cancel"
+    );
+    // its successor resumes the last commit: every window exactly once
+    let (code, _) = start(&args("2")).finish();
+    assert_eq!(code, 0);
+    let (rows, got) = read_sink(&out);
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+}

@@ -102,6 +102,8 @@ pub struct WireBarrier {
     pub id: u64,
     pub kind: WireBarrierKind,
     pub target: String,
+    #[serde(default)]
+    pub state_prefix: String,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
@@ -120,6 +122,7 @@ impl WireBarrier {
                 BarrierKind::Savepoint { stop } => WireBarrierKind::Savepoint { stop },
             },
             target: b.target.display().to_string(),
+            state_prefix: b.state_prefix.clone(),
         }
     }
 }
@@ -155,6 +158,7 @@ impl BarrierResolver {
                 WireBarrierKind::Savepoint { stop } => BarrierKind::Savepoint { stop },
             },
             target,
+            state_prefix: w.state_prefix,
         })
     }
 }
@@ -591,6 +595,7 @@ mod tests {
             id: 7,
             kind: BarrierKind::Savepoint { stop: true },
             target: target.clone(),
+            state_prefix: "e1-0/".into(),
         };
         let got = round_trip(&[
             Element::Data(b1.clone()),
