@@ -302,6 +302,19 @@ fn latest_checkpoint_in_log(env: &TestEnv, pod: &Pod) -> u64 {
         .unwrap_or(0)
 }
 
+/// Fencing: the version running in `after` was started with a larger epoch than the one in
+/// `before` (status.epoch records the newest run's).
+fn assert_newer_epoch(before: &DynamicObject, after: &DynamicObject) {
+    let epoch = |o: &DynamicObject| status(o)["epoch"].as_u64().unwrap_or(0);
+    assert!(epoch(before) > 0, "no status.epoch: {}", status(before));
+    assert!(
+        epoch(after) > epoch(before),
+        "status.epoch did not grow: {} → {}",
+        epoch(before),
+        epoch(after)
+    );
+}
+
 /// Shared tail of the upgrade scenarios: the job ran on a savepoint that status records.
 fn assert_started_from_recorded_savepoint(o: &DynamicObject) {
     let st = status(o);
@@ -334,6 +347,7 @@ async fn upgrade(ctx: &Ctx) -> DynamicObject {
         })
         .await;
     assert_started_from_recorded_savepoint(&o);
+    assert_newer_epoch(&before, &o);
     let seen = ctx.seen();
     assert!(
         seen.iter().any(|s| s.starts_with("Upgrading")),
@@ -471,6 +485,7 @@ async fn e_crashing_version_is_rolled_back() {
         )
         .await;
     assert_started_from_recorded_savepoint(&o);
+    assert_newer_epoch(&before, &o);
     assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v1");
     let seen = ctx.seen();
     assert!(

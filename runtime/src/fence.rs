@@ -345,6 +345,14 @@ mod tests {
         assert!(reason.contains("commit 9"), "{reason}");
     }
 
+    /// (seq, epoch of the winner) of a lost commit.
+    fn lost(e: &Error) -> Option<(u64, u64)> {
+        match e {
+            Error::LostCommit { seq, epoch, .. } => Some((*seq, *epoch)),
+            _ => None,
+        }
+    }
+
     #[tokio::test]
     async fn only_one_run_makes_each_commit_and_a_newer_epoch_fences_the_older() {
         let tmp = tempfile::tempdir().unwrap();
@@ -372,33 +380,13 @@ mod tests {
         // ... and if it looked just before the new run started, its commit object tells
         old.commit(&l, 2, "chk-2", 2).await.unwrap();
         let e = new.commit(&l, 2, "chk-3", 3).await.unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::LostCommit {
-                    seq: 2,
-                    epoch: 1,
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert_eq!(lost(&e), Some((2, 1)), "{e}");
         let l = new.ensure_current().await.unwrap();
         new.commit(&l, 3, "chk-3", 3).await.unwrap();
         // a commit number is made once, whoever asks
         let (same, _) = Fence::open(&dir, Some(2)).await.unwrap();
         let e = same.commit(&l, 3, "chk-4", 4).await.unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::LostCommit {
-                    seq: 3,
-                    epoch: 2,
-                    ..
-                }
-            ),
-            "{e}"
-        );
+        assert_eq!(lost(&e), Some((3, 2)), "{e}");
         assert_eq!(
             new.latest_of_own_epoch().await.unwrap().unwrap().path,
             "chk-3"

@@ -849,23 +849,7 @@ fn sigkill_and_resume_with_file_sink_is_exactly_once() {
     let (code, _) = start(&["run", m, "--resume"]).finish();
     assert_eq!(code, 0);
     // only finished (visible) part files count; every window exactly once
-    let mut got = Aggregates::new();
-    let mut rows = 0;
-    for f in walk(&out) {
-        let name = f.file_name().unwrap().to_str().unwrap().to_string();
-        if name.starts_with('.') {
-            continue;
-        }
-        let lines: Vec<String> = std::fs::read_to_string(&f)
-            .unwrap()
-            .lines()
-            .map(str::to_string)
-            .collect();
-        rows += lines.len();
-        collect(&lines, &mut got);
-    }
-    assert_eq!(rows, got.len(), "a window was written twice");
-    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+    assert_exactly_once(&out, &job);
 }
 
 const TERMINATION_ENV: &str = "STREAMJOB_TERMINATION_MESSAGE_PATH";
@@ -959,6 +943,41 @@ impl Api {
             }
         }
     }
+}
+
+/// A job writing windows to the file sink, in a directory of its own.
+struct SinkJob {
+    dir: tempfile::TempDir,
+    out: PathBuf,
+    ck: PathBuf,
+    job: Job,
+    manifest: String,
+}
+
+fn sink_job(name: &str, count: u64, rate: u64) -> SinkJob {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let job = Job {
+        count,
+        rate,
+        file_sink: Some(out.clone()),
+        ..Job::default()
+    };
+    let manifest = manifest(dir.path(), name, &job).display().to_string();
+    SinkJob {
+        ck: dir.path().join("checkpoints"),
+        dir,
+        out,
+        job,
+        manifest,
+    }
+}
+
+/// Every window of `job` exactly once in the committed output under `out`.
+fn assert_exactly_once(out: &Path, job: &Job) {
+    let (rows, got) = read_sink(out);
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
 }
 
 /// Committed (visible) rows of the file sink: (row count, aggregates).
@@ -1123,24 +1142,19 @@ fn standby_start_stop_to_standby_and_rollback_from_the_same_savepoint() {
     );
     let (code, _) = x.finish();
     assert_eq!(code, 0, "the bounded job finishes");
-    let (rows, got) = read_sink(&out);
-    assert_eq!(rows, got.len(), "a window was written twice");
-    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+    assert_exactly_once(&out, &job);
 }
 
 #[test]
 fn from_savepoint_with_resume_takes_the_checkpoint_after_it_never_an_older_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let ck = dir.path().join("checkpoints");
-    let job = Job {
-        count: 100_000,
-        rate: 20_000,
-        file_sink: Some(out.clone()),
-        ..Job::default()
-    };
-    let m = manifest(dir.path(), "lineage", &job);
-    let m = m.to_str().unwrap();
+    let SinkJob {
+        dir,
+        out,
+        ck,
+        job,
+        manifest: m,
+    } = sink_job("lineage", 100_000, 20_000);
+    let m = m.as_str();
     // the previous version runs and stops with savepoint P; its checkpoints stay in the directory
     let a = start(&["run", m]);
     assert!(a.wait_checkpoint(3));
@@ -1191,9 +1205,7 @@ fn from_savepoint_with_resume_takes_the_checkpoint_after_it_never_an_older_one()
     );
     let (code, _) = c.finish();
     assert_eq!(code, 0);
-    let (rows, got) = read_sink(&out);
-    assert_eq!(rows, got.len(), "a window was written twice");
-    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+    assert_exactly_once(&out, &job);
 }
 
 #[test]
@@ -1238,9 +1250,7 @@ fn sigterm_in_coordinator_mode_takes_a_final_checkpoint_that_resume_restores() {
     assert!(line.contains(&ck), "{line}");
     let (code, _) = b.finish();
     assert_eq!(code, 0);
-    let (rows, got) = read_sink(&out);
-    assert_eq!(rows, got.len(), "a window was written twice");
-    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+    assert_exactly_once(&out, &job);
 }
 
 #[test]
@@ -1490,9 +1500,7 @@ fn coordinator_with_workers_exchanges_over_the_network_survives_a_lost_worker_an
     ])
     .finish();
     assert_eq!(code, 0);
-    let (rows, got) = read_sink(&out);
-    assert_eq!(rows, got.len(), "a window was written twice");
-    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+    assert_exactly_once(&out, &job);
 }
 
 /// Issue #19: a store that refused writes for a few seconds used to spend the job's restarts in
@@ -1521,9 +1529,7 @@ fn a_store_outage_of_seconds_is_ridden_out_by_restart_backoff() {
     std::fs::remove_file(&blocker).unwrap();
     let (code, _) = run.finish();
     assert_eq!(code, 0, "the job rides out the outage");
-    let (rows, got) = read_sink(&out);
-    assert_eq!(rows, got.len(), "a window was written twice");
-    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+    assert_exactly_once(&out, &job);
 }
 
 /// Issue #15: a typo in a manifest a user runs locally used to be ignored (`paralelism: 4` ran at
@@ -1554,17 +1560,14 @@ fn newest_checkpoint(ck: &Path) -> (u64, PathBuf) {
 
 #[test]
 fn a_paused_run_resumed_after_a_newer_epoch_started_commits_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let ck = dir.path().join("checkpoints");
-    let job = Job {
-        count: 80_000,
-        rate: 10_000,
-        file_sink: Some(out.clone()),
-        ..Job::default()
-    };
-    let m = manifest(dir.path(), "zombie", &job);
-    let m = m.to_str().unwrap();
+    let SinkJob {
+        dir,
+        out,
+        ck,
+        job,
+        manifest: m,
+    } = sink_job("zombie", 80_000, 10_000);
+    let m = m.as_str();
     let run = |epoch: &str, extra: &[&str]| {
         let mut args = vec![
             "coordinator",
@@ -1609,9 +1612,7 @@ fn a_paused_run_resumed_after_a_newer_epoch_started_commits_nothing() {
     assert_eq!(again.status.code(), Some(4));
     let (code, _) = b.finish();
     assert_eq!(code, 0);
-    let (rows, got) = read_sink(&out);
-    assert_eq!(rows, got.len(), "a window was written twice");
-    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+    assert_exactly_once(&out, &job);
 
     // restoring a state that later commits continued would write their output again: refused
     let rewind = Command::new(BIN)
@@ -1677,24 +1678,19 @@ fn a_paused_run_resumed_after_a_newer_epoch_started_commits_nothing() {
     );
     let (code, _) = c2.finish();
     assert_eq!(code, 0);
-    let (rows, got) = read_sink(&out3);
-    assert_eq!(rows, got.len(), "a window was written twice");
-    assert_eq!(got, expected(fresh.seed, fresh.keys, fresh.count, 1000));
+    assert_exactly_once(&out3, &fresh);
 }
 
 #[test]
 fn a_cancelled_version_commits_nothing_more_and_its_sigterm_takes_no_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let ck = dir.path().join("checkpoints");
-    let job = Job {
-        count: 60_000,
-        rate: 10_000,
-        file_sink: Some(out.clone()),
-        ..Job::default()
-    };
-    let m = manifest(dir.path(), "cancel", &job);
-    let m = m.to_str().unwrap();
+    let SinkJob {
+        dir: _dir,
+        out,
+        ck,
+        job,
+        manifest: m,
+    } = sink_job("cancel", 60_000, 10_000);
+    let m = m.as_str();
     let args = |epoch: &'static str| {
         [
             "coordinator",
@@ -1737,7 +1733,5 @@ fn a_cancelled_version_commits_nothing_more_and_its_sigterm_takes_no_checkpoint(
     // its successor resumes the last commit: every window exactly once
     let (code, _) = start(&args("2")).finish();
     assert_eq!(code, 0);
-    let (rows, got) = read_sink(&out);
-    assert_eq!(rows, got.len(), "a window was written twice");
-    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+    assert_exactly_once(&out, &job);
 }
