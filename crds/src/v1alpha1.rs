@@ -333,6 +333,13 @@ pub struct StorageSpec {
     /// Connection limits per store (Flink's fs.<scheme>.limit.*).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<ConnectionLimits>,
+
+    /// How long one store call (an upload, a commit, a checkpoint write) keeps retrying
+    /// transient failures — 5xx, throttling, lost connections — with exponential backoff and
+    /// jitter, before the job's attempt fails and restarts from its latest checkpoint (the
+    /// restarts back off too). Default 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_budget: Option<String>,
 }
 
 /// An S3 or S3-compatible store.

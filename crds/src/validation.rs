@@ -255,6 +255,9 @@ impl StreamJobSpec {
         {
             push(duration("spec.storage.limits.timeout", timeout));
         }
+        if let Some(budget) = self.storage.as_ref().and_then(|s| s.retry_budget.as_ref()) {
+            push(duration("spec.storage.retryBudget", budget));
+        }
         push(self.validate_pipeline());
 
         if problems.is_empty() {

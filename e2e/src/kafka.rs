@@ -283,6 +283,29 @@ listener.name.sasl_ssl.ssl.client.auth=required
             .map_err(|e| Error::Other(format!("kafka admin client: {e}")))
     }
 
+    /// The end offset of each of `topic`'s partitions, by partition id: what a test can tell a
+    /// reader that waits for records.
+    pub fn end_offsets(&self, topic: &str) -> Result<Vec<(i32, i64)>> {
+        let consumer: BaseConsumer = self
+            .client_config()
+            .create()
+            .map_err(|e| Error::Other(format!("kafka client: {e}")))?;
+        let md = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .map_err(|e| Error::Other(format!("metadata of {topic}: {e}")))?;
+        let mut ends = Vec::new();
+        for t in md.topics() {
+            for p in t.partitions() {
+                let (_, high) = consumer
+                    .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
+                    .map_err(|e| Error::Other(format!("end offset of {topic}/{}: {e}", p.id())))?;
+                ends.push((p.id(), high));
+            }
+        }
+        ends.sort_unstable();
+        Ok(ends)
+    }
+
     /// Creates `topic` with `partitions` partitions and waits until its metadata shows them.
     pub fn create_topic(&self, topic: &str, partitions: i32) -> Result<()> {
         let admin = self.admin()?;
@@ -351,9 +374,16 @@ listener.name.sasl_ssl.ssl.client.auth=required
             .map_err(|e| Error::Other(format!("kafka producer: {e}")))
     }
 
-    /// Writes `records` (partition, key, value) to `topic` and waits until all are acknowledged.
+    /// Writes `records` (partition, key, value) to `topic` and waits until every one is
+    /// acknowledged; a record the broker did not take fails the call, naming its partition.
     pub fn produce(&self, topic: &str, records: &[(i32, String, Vec<u8>)]) -> Result<()> {
-        let producer = self.producer()?;
+        let producer: ThreadedProducer<Deliveries> = self
+            .client_config()
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "5")
+            .create_with_context(Deliveries::default())
+            .map_err(|e| Error::Other(format!("kafka producer: {e}")))?;
         for (partition, key, value) in records {
             let mut record = BaseRecord::to(topic)
                 .partition(*partition)
@@ -380,6 +410,22 @@ listener.name.sasl_ssl.ssl.client.auth=required
             return Err(Error::Other(format!(
                 "{} records to {topic} not acknowledged",
                 producer.in_flight_count()
+            )));
+        }
+        let ctx = producer.context();
+        let failed = ctx.failed.lock().map(|f| f.clone()).unwrap_or_default();
+        if let Some((partition, e)) = failed.first() {
+            return Err(Error::Other(format!(
+                "{} of {} records to {topic} were not written; the first, to partition {partition}: {e}",
+                failed.len(),
+                records.len()
+            )));
+        }
+        let delivered = ctx.delivered.load(std::sync::atomic::Ordering::SeqCst);
+        if delivered != records.len() {
+            return Err(Error::Other(format!(
+                "{delivered} of {} records to {topic} acknowledged",
+                records.len()
             )));
         }
         Ok(())
@@ -416,5 +462,35 @@ mod tests {
         assert_eq!(cluster_id(0), "AAAAAAAAAAAAAAAAAAAAAA");
         assert_eq!(cluster_id(u128::MAX), "_____________________w");
         assert_eq!(cluster_id(rand::random()).len(), 22);
+    }
+}
+
+/// A producer context that counts acknowledged records and keeps the errors of the others: the
+/// default context drops delivery errors, and a test that produced less than it thinks waits
+/// for records that never come.
+#[derive(Default)]
+struct Deliveries {
+    delivered: std::sync::atomic::AtomicUsize,
+    failed: std::sync::Mutex<Vec<(i32, String)>>,
+}
+
+impl rdkafka::ClientContext for Deliveries {}
+
+impl rdkafka::producer::ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        use rdkafka::Message;
+        match result {
+            Ok(_) => {
+                self.delivered
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            Err((e, m)) => {
+                if let Ok(mut f) = self.failed.lock() {
+                    f.push((m.partition(), e.to_string()));
+                }
+            }
+        }
     }
 }

@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod kafka;
 pub mod kubelet;
 pub mod process;
+pub mod proxy;
 pub mod scenario;
 pub mod store;
 pub mod wait;

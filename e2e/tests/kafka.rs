@@ -56,7 +56,7 @@ fn runtime_binary() -> PathBuf {
 struct Run {
     child: Child,
     lines: mpsc::Receiver<String>,
-    stdout: std::thread::JoinHandle<Vec<String>>,
+    stdout: Option<std::thread::JoinHandle<Vec<String>>>,
 }
 
 impl Run {
@@ -87,7 +87,7 @@ impl Run {
         Self {
             child,
             lines,
-            stdout,
+            stdout: Some(stdout),
         }
     }
 
@@ -124,12 +124,45 @@ impl Run {
         assert!(ok, "kill -{signal} failed");
     }
 
+    /// Waits, checkpoint by checkpoint, until every window of `want` is committed in `out`;
+    /// `what` and `context()` go into the failure message.
+    fn wait_windows(&self, out: &Path, want: &Windows, what: &str, context: impl Fn() -> String) {
+        let deadline = std::time::Instant::now() + LINE_TIMEOUT;
+        loop {
+            let got = read_windows(out);
+            if want.iter().all(|(k, v)| got.get(k) == Some(v)) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what} were not all committed: {} of {} ({})",
+                got.len(),
+                want.len(),
+                context()
+            );
+            // files appear when checkpoints complete; the next completion is the next chance
+            self.wait_checkpoint(0);
+        }
+    }
+
     /// Waits for the process; returns its exit code, stdout and the remaining stderr lines.
     fn finish(mut self) -> (i32, Vec<String>, Vec<String>) {
         let status = self.child.wait().unwrap();
-        let stdout = self.stdout.join().unwrap();
+        let stdout = self
+            .stdout
+            .take()
+            .map(|h| h.join().unwrap())
+            .unwrap_or_default();
         let rest: Vec<String> = self.lines.iter().collect();
         (status.code().unwrap_or(-1), stdout, rest)
+    }
+}
+
+/// A run a failed assertion left behind is killed, not left reading from a broker that is gone.
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -358,22 +391,12 @@ fn kafka_to_parquet_exactly_once_across_kills_new_partitions_savepoint_and_resca
     // 3: resumed; once phase 1's windows are all committed, stopped with a savepoint (SIGINT)
     let run = Run::start(&["run", m, "--resume"], &[]);
     run.wait_checkpoint(c + 2);
-    let phase1 = expected(&phases[..1]);
-    let deadline = std::time::Instant::now() + LINE_TIMEOUT;
-    loop {
-        let got = read_windows(&dir.path().join("out"));
-        if phase1.iter().all(|(k, v)| got.get(k) == Some(v)) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "phase 1's windows were not all committed: {} of {}",
-            got.len(),
-            phase1.len()
-        );
-        // files appear when checkpoints complete; the next completion is the next chance
-        run.wait_checkpoint(0);
-    }
+    run.wait_windows(
+        &dir.path().join("out"),
+        &expected(&phases[..1]),
+        "phase 1's windows",
+        || format!("end offsets of clicks: {:?}", kafka.end_offsets("clicks")),
+    );
     run.signal("INT");
     let (code, stdout, _) = run.finish();
     assert_eq!(code, 0, "stop with savepoint failed");
@@ -419,6 +442,62 @@ fn kafka_to_parquet_exactly_once_across_kills_new_partitions_savepoint_and_resca
         "missing {missing:?}, wrong {wrong:?}"
     );
     assert_eq!(got, want);
+    drop(kafka);
+}
+
+/// A restored subtask whose partitions have nothing new still tells downstream how far it read,
+/// so the windows its partner's new records close are committed. Found by CI: after a restore,
+/// a subtask with nothing left to read sent no watermark and the windows never closed.
+#[test]
+fn a_restored_subtask_with_nothing_new_to_read_still_lets_windows_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let watchdog = Watchdog::start(dir.path()).unwrap();
+    let kafka = Kafka::start(&dir.path().join("kafka"), Some(&watchdog)).unwrap();
+    kafka.create_topic("clicks", 2).unwrap();
+    // both partitions at T0, and partition 0 one record five hours later: partition 1's
+    // subtask holds the job's watermark near T0 - 1h, so no window closes in the first run
+    let early = [(0..2_000, T0)];
+    kafka.produce("clicks", &batch(0..2_000, T0, 2)).unwrap();
+    let late = |id: i64, partition: i32| (partition, format!("k{id}"), value(id, T0 + 5 * HOUR));
+    kafka.produce("clicks", &[late(2_000, 0)]).unwrap();
+
+    let m = manifest(dir.path(), "quiet", &kafka, 2, false, false);
+    let m = m.to_str().unwrap();
+    let run = Run::start(&["run", m, "--resume"], &[]);
+    // a checkpoint that read everything: its offsets are committed to the job's group
+    let deadline = std::time::Instant::now() + LINE_TIMEOUT;
+    loop {
+        run.wait_checkpoint(0);
+        let committed = kafka
+            .committed_offsets("streamjob-quiet", "clicks", 2)
+            .unwrap();
+        if committed == [Some(1_001), Some(1_000)] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first run did not read every record: committed {committed:?}"
+        );
+    }
+    run.signal("KILL");
+    let _ = run.finish();
+    assert!(
+        read_windows(&dir.path().join("out")).is_empty(),
+        "a window closed while partition 1 held the watermark back"
+    );
+
+    // partition 1 moves on; partition 0's subtask restores with nothing new to read
+    kafka.produce("clicks", &[late(2_001, 1)]).unwrap();
+    let run = Run::start(&["run", m, "--resume"], &[]);
+    let want = expected(&early);
+    run.wait_windows(&dir.path().join("out"), &want, "the early windows", || {
+        "after the restore".to_string()
+    });
+    run.signal("INT");
+    let (code, _, _) = run.finish();
+    assert_eq!(code, 0, "stop with savepoint failed");
+    // the early windows, each record once; the late ones stay open in the savepoint
+    assert_eq!(read_windows(&dir.path().join("out")), want);
     drop(kafka);
 }
 

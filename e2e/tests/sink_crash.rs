@@ -148,7 +148,9 @@ fn pad_expr() -> String {
     format!("concat({})", parts.join(", "))
 }
 
-fn manifest(case: &Case, s3: &S3Endpoint) -> String {
+/// The job of `case` on `s3`; `retry_budget`: `storage.retryBudget`.
+fn manifest(case: &Case, s3: &S3Endpoint, retry_budget: Option<&str>) -> String {
+    let budget = retry_budget.map_or(String::new(), |b| format!("\n    retryBudget: {b}"));
     let pad = if case.pad {
         format!(
             "    - uid: pad\n      project:\n        - {{name: id, expr: id}}\n        - {{name: key, expr: key}}\n        - {{name: value, expr: value}}\n        - {{name: ts, expr: ts}}\n        - {{name: pad, expr: \"{}\"}}\n",
@@ -169,7 +171,7 @@ spec:
   checkpoints: {{dir: "s3://{BUCKET}/ck/{name}", interval: {INTERVAL_MS}ms, retained: 2}}
   savepoints: {{dir: "s3://{BUCKET}/sp/{name}"}}
   storage:
-    s3: {{endpoint: "{url}", region: {region}, allowHttp: true}}
+    s3: {{endpoint: "{url}", region: {region}, allowHttp: true}}{budget}
   pipeline:
     - uid: gen
       source:
@@ -580,7 +582,7 @@ struct Outcome {
 async fn run_case(case: &Case, s3: &S3Endpoint, bin: &Path, dir: &Path, seed: u64) -> Outcome {
     let t0 = Instant::now();
     let manifest_path = dir.join(format!("{}.yaml", case.name));
-    std::fs::write(&manifest_path, manifest(case, s3)).unwrap();
+    std::fs::write(&manifest_path, manifest(case, s3, None)).unwrap();
     let prefix = format!("out/{}", case.name);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ mix(case.fmt as u64));
     let mut latest = 0u64;
@@ -685,8 +687,37 @@ async fn run_case(case: &Case, s3: &S3Endpoint, bin: &Path, dir: &Path, seed: u6
         case.name
     );
 
+    let (objects, files, bytes, largest) = exactly_once(case, s3, &prefix, dir).await;
+    if case.fmt != Fmt::Parquet {
+        assert!(
+            largest > 5 << 20,
+            "{}: no file above one 5 MiB part ({largest} bytes): multipart not exercised",
+            case.name
+        );
+    }
+
+    no_uploads_left(case, s3, &prefix, &recorded, &objects).await;
+    Outcome {
+        kills,
+        elapsed: t0.elapsed(),
+        files,
+        bytes,
+        largest,
+        recorded: recorded.len(),
+    }
+}
+
+/// Every record in exactly one finished file, with the generator's key and value (`dir`: the
+/// logs, for the message). Returns the objects, and the finished files' count, bytes and
+/// largest size.
+async fn exactly_once(
+    case: &Case,
+    s3: &S3Endpoint,
+    prefix: &str,
+    dir: &Path,
+) -> (Vec<streamjob_e2e::store::ObjectInfo>, usize, u64, u64) {
     // every record in exactly one finished file, with the generator's key and value
-    let objects = s3.list(BUCKET, &prefix).await.unwrap();
+    let objects = s3.list(BUCKET, prefix).await.unwrap();
     let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
     let (mut files, mut bytes, mut largest) = (0usize, 0u64, 0u64);
     let mut wrong = Vec::new();
@@ -734,23 +765,26 @@ async fn run_case(case: &Case, s3: &S3Endpoint, bin: &Path, dir: &Path, seed: u6
         seen.values().map(|c| u64::from(*c)).sum::<u64>(),
         case.count
     );
-    if case.fmt != Fmt::Parquet {
-        assert!(
-            largest > 5 << 20,
-            "{}: no file above one 5 MiB part ({largest} bytes): multipart not exercised",
-            case.name
-        );
-    }
+    (objects, files, bytes, largest)
+}
 
+/// No upload marker left, no upload the sink recorded still open, nothing open at a part name.
+async fn no_uploads_left(
+    case: &Case,
+    s3: &S3Endpoint,
+    prefix: &str,
+    recorded: &BTreeMap<String, String>,
+    objects: &[streamjob_e2e::store::ObjectInfo],
+) {
     // uploads: no marker left, nothing the sink recorded still open
-    let markers_left = recorded_uploads(s3, &prefix).await;
+    let markers_left = recorded_uploads(s3, prefix).await;
     assert!(
         markers_left.is_empty(),
         "{}: upload markers left: {markers_left:?}",
         case.name
     );
     let mut still_open = Vec::new();
-    for (id, key) in &recorded {
+    for (id, key) in recorded {
         if s3.upload_open(BUCKET, key, id).await.unwrap() {
             still_open.push((key.clone(), id.clone()));
         }
@@ -788,14 +822,6 @@ async fn run_case(case: &Case, s3: &S3Endpoint, bin: &Path, dir: &Path, seed: u6
         case.name,
         open_left.iter().collect::<BTreeSet<_>>()
     );
-    Outcome {
-        kills,
-        elapsed: t0.elapsed(),
-        files,
-        bytes,
-        largest,
-        recorded: recorded.len(),
-    }
 }
 
 fn run_dir() -> PathBuf {
@@ -814,6 +840,24 @@ fn run_dir() -> PathBuf {
     runs.join(format!("sink-crash-{stamp}-{}", std::process::id()))
 }
 
+/// MinIO in `dir` with the test bucket.
+async fn minio_with_bucket(bins: &Binaries, dir: &Path) -> (Minio, S3Endpoint) {
+    let minio = Minio::start(bins, &dir.join("minio"), None)
+        .await
+        .unwrap_or_else(|e| panic!("MinIO: {e}"));
+    let s3 = minio.endpoint().clone();
+    // MinIO may answer 503 for a moment after it reports live
+    streamjob_e2e::wait::poll_until(
+        "bucket created",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async { s3.create_bucket(BUCKET).await.map(Some) },
+    )
+    .await
+    .unwrap();
+    (minio, s3)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_many_points_is_exactly_once_on_minio() {
     let bins = Binaries::locate().unwrap_or_else(|e| panic!("{e}"));
@@ -829,19 +873,7 @@ async fn sigkill_at_many_points_is_exactly_once_on_minio() {
         bin.display(),
         dir.display()
     );
-    let minio = Minio::start(&bins, &dir.join("minio"), None)
-        .await
-        .unwrap_or_else(|e| panic!("MinIO: {e}"));
-    let s3 = minio.endpoint().clone();
-    // MinIO may answer 503 for a moment after it reports live
-    streamjob_e2e::wait::poll_until(
-        "bucket created",
-        Duration::from_secs(60),
-        Duration::from_millis(200),
-        || async { s3.create_bucket(BUCKET).await.map(Some) },
-    )
-    .await
-    .unwrap();
+    let (_minio, s3) = minio_with_bucket(&bins, &dir).await;
     let mut summary = Vec::new();
     for case in cases() {
         let o = run_case(&case, &s3, &bin, &dir, seed).await;
@@ -853,4 +885,119 @@ async fn sigkill_at_many_points_is_exactly_once_on_minio() {
     for s in summary {
         eprintln!("{s}");
     }
+}
+
+/// Issue #19, one retry policy: with `storage.retryBudget: 4s` and the store behind a proxy that
+/// cuts every connection during an outage, an outage shorter than the budget is ridden out by
+/// the calls' retries (no restart), and a longer one makes a call give up, so the attempt
+/// restarts from its latest checkpoint with backoff until the store is back. Exactly once
+/// either way. Before, the sink's five attempts each waited out the client's two minutes of
+/// retries: nothing gave up within a twenty-second outage and the job hung in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_outages_are_ridden_out_or_restart_the_attempt_exactly_once() {
+    const SHORT: Duration = Duration::from_millis(1500);
+    const LONG: Duration = Duration::from_secs(20);
+    let bins = Binaries::locate().unwrap_or_else(|e| panic!("{e}"));
+    let bin = runtime_binary();
+    let dir = run_dir().with_extension("outage");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_minio, s3) = minio_with_bucket(&bins, &dir).await;
+    let upstream: std::net::SocketAddr = s3.url.trim_start_matches("http://").parse().unwrap();
+    let proxy = streamjob_e2e::proxy::FaultProxy::start(upstream).unwrap();
+    let through_proxy = S3Endpoint {
+        url: proxy.url(),
+        ..s3.clone()
+    };
+    let case = Case {
+        fmt: Fmt::Json,
+        name: "outage",
+        format_yaml: "{jsonLines: {}}",
+        suffix: ".json",
+        count: 300_000,
+        rate: 12_000,
+        max_part_size: "8MiB",
+        pad: false,
+    };
+    let manifest_path = dir.join("outage.yaml");
+    std::fs::write(&manifest_path, manifest(&case, &through_proxy, Some("4s"))).unwrap();
+    let mut a = Attempt::start(&bin, &manifest_path, &s3, &dir.join("outage.log"));
+    let mut latest = 0;
+    assert!(
+        a.wait_checkpoint(2, &mut latest).await,
+        "the job ended early"
+    );
+
+    // lines until `until`, or the process's end
+    async fn lines_until(a: &mut Attempt, until: Instant, latest: &mut u64) -> Vec<String> {
+        let mut got = Vec::new();
+        while let Ok(Some(line)) = tokio::time::timeout(
+            until.saturating_duration_since(Instant::now()),
+            a.lines.recv(),
+        )
+        .await
+        {
+            if let Some(id) = completed_checkpoint(&line) {
+                *latest = (*latest).max(id);
+            }
+            got.push(line);
+        }
+        got
+    }
+    let failed = |lines: &[String]| lines.iter().any(|l| l.contains("job failed"));
+
+    // a short outage: the retries ride it out, and checkpoints go on without a restart
+    let cut = proxy.refused();
+    proxy.start_outage();
+    let during = lines_until(&mut a, Instant::now() + SHORT, &mut latest).await;
+    proxy.end_outage();
+    assert!(proxy.refused() > cut, "the short outage cut no connection");
+    let before = latest;
+    let deadline = Instant::now() + LINE_TIMEOUT;
+    let mut after = Vec::new();
+    while latest < before + 2 {
+        let more = lines_until(
+            &mut a,
+            Instant::now() + Duration::from_millis(200),
+            &mut latest,
+        );
+        after.extend(more.await);
+        assert!(
+            Instant::now() < deadline && !failed(&after),
+            "no two checkpoints after the short outage without a failure: {:?}",
+            after.iter().rev().take(5).collect::<Vec<_>>()
+        );
+    }
+    assert!(
+        !failed(&during) && !failed(&after),
+        "the short outage restarted the job"
+    );
+
+    // a long outage: a call gives up after the budget, the attempt fails and restarts with
+    // backoff while the store is away
+    proxy.start_outage();
+    let during = lines_until(&mut a, Instant::now() + LONG, &mut latest).await;
+    proxy.end_outage();
+    assert!(
+        failed(&during),
+        "no call gave up within a {LONG:?} outage with a 4s retry budget; logs in {}",
+        dir.display()
+    );
+    let restarts = during.iter().filter(|l| l.contains("job failed")).count();
+    eprintln!("long outage: {restarts} failed attempts while the store was away");
+
+    let code = a.wait_exit(&mut latest).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "the job did not finish after the outage; logs in {}",
+        dir.display()
+    );
+    let prefix = format!("out/{}", case.name);
+    let (objects, files, bytes, _) = exactly_once(&case, &s3, &prefix, &dir).await;
+    no_uploads_left(&case, &s3, &prefix, &BTreeMap::new(), &objects).await;
+    eprintln!(
+        "outages: {} records once in {files} files ({bytes} bytes), {} connections cut or refused",
+        case.count,
+        proxy.refused()
+    );
 }

@@ -13,11 +13,13 @@ pub enum Error {
     #[error(transparent)]
     Units(#[from] streamjob_crds::Error),
 
-    /// An object store request failed (after the store's own retries).
+    /// An object store request failed.
     #[error("store {op} {path}: {source}")]
     Store {
         op: &'static str,
         path: String,
+        /// The client already retried it for the whole retry budget (S3 through object_store).
+        retried: bool,
         #[source]
         source: object_store::Error,
     },
@@ -101,5 +103,11 @@ impl Error {
             Error::Hdfs { transient, .. } => *transient,
             _ => false,
         }
+    }
+
+    /// Whether [`crate::retry::retry`] should try again: transient, and not already retried by
+    /// the store's client (retries in one place, never nested).
+    pub fn retry_here(&self) -> bool {
+        self.is_transient() && !matches!(self, Error::Store { retried: true, .. })
     }
 }

@@ -11,6 +11,7 @@ use hdfs_native::file::FileWriter;
 use hdfs_native::{Client, ClientBuilder, HdfsError, WriteOptions};
 
 use crate::error::{Error, Result};
+use crate::retry::{RetryPolicy, STORE_RETRY};
 use crate::store::{ObjectInfo, Store, TempFile};
 
 /// A directory in HDFS.
@@ -18,6 +19,7 @@ pub struct HdfsStore {
     client: Arc<Client>,
     url: String,
     root: String,
+    policy: RetryPolicy,
 }
 
 impl std::fmt::Debug for HdfsStore {
@@ -25,6 +27,7 @@ impl std::fmt::Debug for HdfsStore {
         f.debug_struct("HdfsStore")
             .field("url", &self.url)
             .field("root", &self.root)
+            .field("policy", &self.policy)
             .finish()
     }
 }
@@ -50,7 +53,14 @@ impl HdfsStore {
             client: Arc::new(client),
             url: name_node.to_string(),
             root: format!("/{}", root.trim_matches('/')),
+            policy: STORE_RETRY,
         })
+    }
+
+    /// Retries transient HDFS errors under `policy` instead of [`STORE_RETRY`].
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
     }
 
     fn path(&self, key: &str) -> String {
@@ -118,6 +128,9 @@ impl Store for HdfsStore {
     }
     fn supports_multipart(&self) -> bool {
         false
+    }
+    fn retry_policy(&self) -> RetryPolicy {
+        self.policy
     }
     async fn put(&self, key: &str, data: Bytes) -> Result<()> {
         let path = self.path(key);

@@ -83,6 +83,7 @@ pub mod format;
 #[cfg(feature = "hdfs")]
 pub mod hdfs;
 pub mod part;
+pub mod retry;
 pub mod rolling;
 pub mod sigv4;
 pub mod sink;

@@ -13,10 +13,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::store::{MIN_PART_SIZE, Store, TempFile, retry};
-
-/// How many times a commit or an upload is tried before the error is returned.
-pub const STORE_ATTEMPTS: u32 = 5;
+use crate::retry::retry;
+use crate::store::{MIN_PART_SIZE, Store, TempFile};
 
 /// How to continue an in-progress part file after a restore.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -256,7 +254,7 @@ impl PartStream {
                 upload_id: upload_id @ None,
                 ..
             } => {
-                let id = retry("create_multipart", STORE_ATTEMPTS, || {
+                let id = retry("create_multipart", store.retry_policy(), || {
                     store.create_multipart(final_key)
                 })
                 .await?;
@@ -286,7 +284,7 @@ impl PartStream {
         let id = match upload_id {
             Some(id) => id.clone(),
             None => {
-                let id = retry("create_multipart", STORE_ATTEMPTS, || {
+                let id = retry("create_multipart", store.retry_policy(), || {
                     store.create_multipart(final_key)
                 })
                 .await?;
@@ -297,7 +295,7 @@ impl PartStream {
         let data = Bytes::from(std::mem::take(buf));
         let idx = etags.len();
         let len = data.len() as u64;
-        let etag = retry("put_part", STORE_ATTEMPTS, || {
+        let etag = retry("put_part", store.retry_policy(), || {
             store.put_part(final_key, &id, idx, data.clone())
         })
         .await?;
@@ -415,7 +413,7 @@ impl PartStream {
 /// committed exactly when `final_key` exists with the expected size.
 pub async fn commit(store: &dyn Store, final_key: &str, c: &Committable) -> Result<()> {
     let size = c.size();
-    retry("commit", STORE_ATTEMPTS, || async {
+    retry("commit", store.retry_policy(), || async {
         let attempt = match c {
             Committable::Rename { temp_key, .. } => store.rename(temp_key, final_key).await,
             Committable::Multipart {

@@ -14,7 +14,6 @@
 //! the right one for a path and a manifest's [`StorageSpec`].
 
 use std::fmt;
-use std::future::Future;
 use std::io::SeekFrom;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
@@ -26,15 +25,14 @@ use futures::TryStreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::multipart::MultipartStore;
 use object_store::path::Path as ObjPath;
-use object_store::{
-    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
-};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::{ConnectionLimits, StorageSpec};
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{Error, Result};
+use crate::retry::{RetryPolicy, STORE_RETRY, retry};
 
 /// S3's minimum size of every part of a multipart upload but the last.
 pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
@@ -78,6 +76,10 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn describe(&self) -> String;
     /// True: in-progress files are multipart uploads. False: temp files renamed on commit.
     fn supports_multipart(&self) -> bool;
+    /// How calls to this store are retried (by [`retry`], for errors its client did not retry).
+    fn retry_policy(&self) -> RetryPolicy {
+        STORE_RETRY
+    }
 
     /// Writes a whole object atomically (readers see all or nothing).
     async fn put(&self, key: &str, data: Bytes) -> Result<()>;
@@ -156,29 +158,6 @@ pub trait Store: Send + Sync + fmt::Debug {
     }
 }
 
-/// Retries `op` with exponential backoff while it fails with a transient error
-/// ([`Error::is_transient`]), at most `attempts` times in all.
-pub async fn retry<T, F, Fut>(what: &str, attempts: u32, mut op: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let mut delay = Duration::from_millis(50);
-    let mut attempt = 1;
-    loop {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if e.is_transient() && attempt < attempts => {
-                tracing::warn!(%what, attempt, error = %e, "transient store error, retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Local file system
 // ---------------------------------------------------------------------------------------------
@@ -187,12 +166,22 @@ where
 #[derive(Clone, Debug)]
 pub struct LocalStore {
     root: PathBuf,
+    policy: RetryPolicy,
 }
 
 impl LocalStore {
     /// A store rooted at `root` (created on first write).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            policy: STORE_RETRY,
+        }
+    }
+
+    /// Retries transient I/O errors under `policy` instead of [`STORE_RETRY`].
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// The root directory.
@@ -259,6 +248,9 @@ impl Store for LocalStore {
     }
     fn supports_multipart(&self) -> bool {
         false
+    }
+    fn retry_policy(&self) -> RetryPolicy {
+        self.policy
     }
 
     async fn put(&self, key: &str, data: Bytes) -> Result<()> {
@@ -402,6 +394,8 @@ pub struct S3Store {
     bucket: String,
     prefix: String,
     endpoint: Option<S3Endpoint>,
+    /// The policy the client was built with (its retries), and that of the signed listing.
+    policy: RetryPolicy,
 }
 
 /// Where [`S3Store`] sends the requests `object_store` has no API for (ListMultipartUploads),
@@ -423,7 +417,14 @@ impl S3Store {
             bucket: bucket.into(),
             prefix: prefix.trim_matches('/').to_string(),
             endpoint: None,
+            policy: STORE_RETRY,
         }
+    }
+
+    /// The retry policy the client was built with ([`RetryPolicy::object_store`]).
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// The endpoint, region and addressing style the client was built with (`endpoint`
@@ -448,6 +449,7 @@ impl S3Store {
         let fail = |source: object_store::Error| Error::Store {
             op: "list_multipart_uploads",
             path: self.describe(),
+            retried: false,
             source,
         };
         let generic = |msg: String| object_store::Error::Generic {
@@ -474,7 +476,8 @@ impl S3Store {
             .await
             .map_err(fail)?;
         let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
+            .timeout(self.policy.request_timeout)
+            .connect_timeout(self.policy.connect_timeout)
             .build()
             .map_err(|e| fail(generic(format!("http client: {e}"))))?;
         let req = crate::sigv4::request(
@@ -526,6 +529,7 @@ impl S3Store {
         move |source| Error::Store {
             op,
             path: path.to_string(),
+            retried: true,
             source,
         }
     }
@@ -538,6 +542,9 @@ impl Store for S3Store {
     }
     fn supports_multipart(&self) -> bool {
         true
+    }
+    fn retry_policy(&self) -> RetryPolicy {
+        self.policy
     }
 
     async fn put(&self, key: &str, data: Bytes) -> Result<()> {
@@ -673,7 +680,10 @@ impl Store for S3Store {
                 query.push(("key-marker", key_marker.as_str()));
                 query.push(("upload-id-marker", id_marker.as_str()));
             }
-            let body = retry("list_multipart_uploads", 3, || self.signed_get(&ep, &query)).await?;
+            let body = retry("list_multipart_uploads", self.retry_policy(), || {
+                self.signed_get(&ep, &query)
+            })
+            .await?;
             for upload in xml_elements(&body, "Upload") {
                 let first = |tag: &str| xml_elements(upload, tag).first().map(|s| xml_unescape(s));
                 if let (Some(key), Some(upload_id)) = (first("Key"), first("UploadId")) {
@@ -783,6 +793,9 @@ impl Store for LimitedStore {
     fn supports_multipart(&self) -> bool {
         self.inner.supports_multipart()
     }
+    fn retry_policy(&self) -> RetryPolicy {
+        self.inner.retry_policy()
+    }
     async fn put(&self, key: &str, data: Bytes) -> Result<()> {
         let _p = self.acquire(true).await?;
         self.inner.put(key, data).await
@@ -844,7 +857,11 @@ impl Store for LimitedStore {
 // ---------------------------------------------------------------------------------------------
 
 #[cfg(feature = "hdfs")]
-fn open_hdfs(rest: &str, storage: Option<&StorageSpec>) -> Result<Arc<dyn Store>> {
+fn open_hdfs(
+    rest: &str,
+    storage: Option<&StorageSpec>,
+    policy: RetryPolicy,
+) -> Result<Arc<dyn Store>> {
     // hdfs://namenode:port/path, or hdfs:///path with storage.hdfs.nameNode
     let (authority, dir) = rest.split_once('/').unwrap_or((rest, ""));
     let name_node = if authority.is_empty() {
@@ -855,11 +872,17 @@ fn open_hdfs(rest: &str, storage: Option<&StorageSpec>) -> Result<Arc<dyn Store>
     } else {
         format!("hdfs://{authority}")
     };
-    Ok(Arc::new(crate::hdfs::HdfsStore::new(&name_node, dir)?))
+    Ok(Arc::new(
+        crate::hdfs::HdfsStore::new(&name_node, dir)?.with_retry_policy(policy),
+    ))
 }
 
 #[cfg(not(feature = "hdfs"))]
-fn open_hdfs(rest: &str, _storage: Option<&StorageSpec>) -> Result<Arc<dyn Store>> {
+fn open_hdfs(
+    rest: &str,
+    _storage: Option<&StorageSpec>,
+    _policy: RetryPolicy,
+) -> Result<Arc<dyn Store>> {
     Err(Error::Config(format!(
         "hdfs://{rest}: this build of the file sink has no HDFS support (feature `hdfs`)"
     )))
@@ -883,6 +906,7 @@ pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
 /// which the operator fills from the credentials Secret), `file:///dir` or a plain local path.
 /// `storage.limits`, when set, wraps the store in a [`LimitedStore`].
 pub fn open_store(path: &str, storage: Option<&StorageSpec>) -> Result<Arc<dyn Store>> {
+    let policy = RetryPolicy::for_storage(storage)?;
     let base: Arc<dyn Store> = if path.starts_with("s3://") || path.starts_with("s3a://") {
         let (bucket, prefix) = parse_s3_url(path)?;
         let s3 = storage.and_then(|s| s.s3.clone()).unwrap_or_default();
@@ -891,21 +915,8 @@ pub fn open_store(path: &str, storage: Option<&StorageSpec>) -> Result<Arc<dyn S
             .with_allow_http(s3.allow_http)
             .with_virtual_hosted_style_request(s3.virtual_hosted_style)
             .with_region(s3.region.clone().unwrap_or_else(|| "us-east-1".into()))
-            .with_retry(RetryConfig {
-                backoff: BackoffConfig {
-                    init_backoff: Duration::from_millis(100),
-                    max_backoff: Duration::from_secs(10),
-                    base: 2.0,
-                },
-                max_retries: 8,
-                retry_timeout: Duration::from_secs(120),
-            })
-            .with_client_options(
-                ClientOptions::new()
-                    .with_allow_http(s3.allow_http)
-                    .with_timeout(Duration::from_secs(60))
-                    .with_connect_timeout(Duration::from_secs(10)),
-            );
+            .with_retry(policy.object_store())
+            .with_client_options(policy.client_options(s3.allow_http));
         if let Some(ep) = &s3.endpoint {
             b = b.with_endpoint(ep);
         }
@@ -918,22 +929,23 @@ pub fn open_store(path: &str, storage: Option<&StorageSpec>) -> Result<Arc<dyn S
         let client = b.build().map_err(|e| Error::Store {
             op: "configure",
             path: path.to_string(),
+            retried: false,
             source: e,
         })?;
         let region = s3.region.clone().unwrap_or_else(|| "us-east-1".into());
-        Arc::new(S3Store::new(client, bucket, &prefix).with_endpoint(
-            s3.endpoint.as_deref(),
-            &region,
-            s3.virtual_hosted_style,
-        ))
+        Arc::new(
+            S3Store::new(client, bucket, &prefix)
+                .with_endpoint(s3.endpoint.as_deref(), &region, s3.virtual_hosted_style)
+                .with_retry_policy(policy),
+        )
     } else if let Some(rest) = path.strip_prefix("hdfs://") {
-        open_hdfs(rest, storage)?
+        open_hdfs(rest, storage, policy)?
     } else if let Some(local) = path.strip_prefix("file://") {
-        Arc::new(LocalStore::new(local))
+        Arc::new(LocalStore::new(local).with_retry_policy(policy))
     } else if path.contains("://") {
         return Err(Error::Config(format!("{path}: unsupported scheme")));
     } else {
-        Arc::new(LocalStore::new(path))
+        Arc::new(LocalStore::new(path).with_retry_policy(policy))
     };
     match storage.and_then(|s| s.limits.as_ref()) {
         Some(limits) => Ok(Arc::new(LimitedStore::new(base, limits)?)),

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
 
 use arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
@@ -24,6 +25,7 @@ use streamjob_crds::v1alpha1::{
     FieldBucketAssigner, FileSinkSpec, ParquetCompression, ParquetFormat, RollingPolicySpec,
     RowCompression, RowFormat, SinkFormat, SuccessMarkerSpec,
 };
+use streamjob_filesink::retry::RetryPolicy;
 use streamjob_filesink::sigv4::{self, uri_encode};
 use streamjob_filesink::store::{LocalStore, ObjectInfo, TempFile};
 use streamjob_filesink::{
@@ -65,6 +67,7 @@ impl Faults {
             return Err(Error::Store {
                 op: "injected outage",
                 path: String::new(),
+                retried: false,
                 source: object_store::Error::Generic {
                     store: "test",
                     source: "503 Service Unavailable".into(),
@@ -149,6 +152,15 @@ impl Store for FaultStore {
     }
     fn supports_multipart(&self) -> bool {
         self.inner.supports_multipart()
+    }
+    /// Outages outlast the retries in a fraction of a second, not a minute.
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            budget: Duration::from_millis(400),
+            initial: Duration::from_millis(20),
+            max_delay: Duration::from_millis(100),
+            ..RetryPolicy::default()
+        }
     }
     async fn put(&self, key: &str, data: Bytes) -> streamjob_filesink::Result<()> {
         let r = guarded!(self, self.inner.put(key, data.clone()).await);

@@ -983,11 +983,27 @@ async fn run_session(
     }
     let mut restarts = Restarts::new(RestartPolicy::exponential(max_restarts));
     let mut queued: Vec<ControlRequest> = Vec::new();
+    // a restarted attempt's restart point, still to be read
+    let mut reload: Option<Location> = None;
     loop {
         let started = std::time::Instant::now();
-        let attempt = match workers {
-            None => spawn_attempt(graph, snapshot.as_ref(), &metrics),
-            Some(w) => w
+        let loaded = match reload.take() {
+            Some(loc) => match LoadedSnapshot::load(&loc).await {
+                Ok(s) => {
+                    snapshot = Some(s);
+                    Ok(())
+                }
+                Err(e) => {
+                    reload = Some(loc);
+                    Err(e)
+                }
+            },
+            None => Ok(()),
+        };
+        let attempt = match (loaded, workers) {
+            (Err(e), _) => Err(e),
+            (Ok(()), None) => spawn_attempt(graph, snapshot.as_ref(), &metrics),
+            (Ok(()), Some(w)) => w
                 .deploy(graph, snapshot.as_ref().map(|s| s.path.as_str()), &metrics)
                 .await
                 .map(Attempt::from),
@@ -1071,11 +1087,11 @@ async fn run_session(
                 if latest.is_some() {
                     restart_point = latest;
                 }
-                snapshot = match &restart_point {
-                    Some(loc) => Some(LoadedSnapshot::load(loc).await?),
-                    None => None,
-                };
                 if let Error::LostCommit { seq, .. } = e {
+                    snapshot = match &restart_point {
+                        Some(loc) => Some(LoadedSnapshot::load(loc).await?),
+                        None => None,
+                    };
                     // this attempt's output is uncommitted and goes; the winner's stays
                     match &snapshot {
                         // a run started empty (stateless) starts empty again after it
@@ -1087,6 +1103,13 @@ async fn run_session(
                             snapshot = Some(snap);
                             commits.base = seq;
                         }
+                    }
+                } else {
+                    // read at the next attempt's start: a store that is still away fails that
+                    // attempt (and restarts again with backoff), not the run
+                    reload = restart_point.clone();
+                    if reload.is_none() {
+                        snapshot = None;
                     }
                 }
             }

@@ -206,7 +206,13 @@ pub async fn build_graph(job: &StreamJob, registry: &Registry) -> Result<JobGrap
                         .and_then(|w| w.idle_timeout.as_ref())
                         .map(|v| millis("watermark.idleTimeout", v))
                         .transpose()?;
-                    let plan = KafkaSourcePlan::new(uid, &name, k, ooo, idle)?;
+                    // the default group, streamjob-<namespace>-<name>: jobs of one name in two
+                    // namespaces do not share committed offsets
+                    let group_base = match &job.metadata.namespace {
+                        Some(ns) => format!("{ns}-{name}"),
+                        None => name.clone(),
+                    };
+                    let plan = KafkaSourcePlan::new(uid, &group_base, k, ooo, idle)?;
                     let schema = plan.schema();
                     let state = plan.state();
                     let build: BuildSource = Arc::new(move |_ctx| {

@@ -514,6 +514,16 @@ pub trait SourceOperator: Send + 'static {
         let _ = now_ms;
         false
     }
+
+    /// After an [`SourcePoll::Idle`]: the subtask's watermark at `now_ms`, for a source that
+    /// knows it without new records (Flink's periodic watermark emission). A restored Kafka
+    /// subtask whose partitions have nothing new still knows how far it read; without this its
+    /// downstream windows would wait for a record that may never come. Emitted when it is
+    /// larger than the last watermark the subtask sent.
+    fn watermark(&self, now_ms: i64) -> Option<i64> {
+        let _ = now_ms;
+        None
+    }
 }
 
 /// Object-safe form of [`SourceOperator`].
@@ -539,11 +549,15 @@ pub trait DynSource: Send {
         checkpoint_id: u64,
     ) -> BoxFuture<'a, Result<()>>;
     fn is_idle(&self, now_ms: i64) -> bool;
+    fn watermark(&self, now_ms: i64) -> Option<i64>;
 }
 
 impl<T: SourceOperator> DynSource for T {
     fn is_idle(&self, now_ms: i64) -> bool {
         SourceOperator::is_idle(self, now_ms)
+    }
+    fn watermark(&self, now_ms: i64) -> Option<i64> {
+        SourceOperator::watermark(self, now_ms)
     }
     fn initialize_state<'a>(
         &'a mut self,

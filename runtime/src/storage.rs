@@ -29,19 +29,24 @@ impl Location {
             if bucket.is_empty() {
                 return Err(Error::Location(location.into(), "missing bucket".into()));
             }
+            // the storage crate's retry policy: one budget for the sink's and the checkpoints'
+            // store calls (storage.retryBudget)
+            let policy = streamjob_filesink::retry::RetryPolicy::for_storage(storage)
+                .map_err(|e| Error::Location(location.into(), e.to_string()))?;
+            let s3 = storage.and_then(|s| s.s3.as_ref());
             let mut builder = object_store::aws::AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
-                .with_virtual_hosted_style_request(false);
-            if let Some(s3) = storage.and_then(|s| s.s3.as_ref()) {
+                .with_virtual_hosted_style_request(false)
+                .with_retry(policy.object_store())
+                .with_client_options(policy.client_options(s3.is_some_and(|s| s.allow_http)));
+            if let Some(s3) = s3 {
                 if let Some(endpoint) = &s3.endpoint {
                     builder = builder.with_endpoint(endpoint);
                 }
                 if let Some(region) = &s3.region {
                     builder = builder.with_region(region);
                 }
-                builder = builder
-                    .with_allow_http(s3.allow_http)
-                    .with_virtual_hosted_style_request(s3.virtual_hosted_style);
+                builder = builder.with_virtual_hosted_style_request(s3.virtual_hosted_style);
             }
             let store = builder
                 .build()

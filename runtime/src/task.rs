@@ -422,7 +422,14 @@ pub async fn run_source(mut setup: TaskSetup, mut source: Box<dyn DynSource>) ->
                 }
                 SourcePoll::Idle(wait) => {
                     emit(&mut setup, &mut out).await?;
-                    if !idle_sent && source.is_idle(chrono::Utc::now().timestamp_millis()) {
+                    let now = chrono::Utc::now().timestamp_millis();
+                    if let Some(wm) = source.watermark(now)
+                        && wm > watermark
+                    {
+                        idle_sent = false;
+                        watermark = wm;
+                        setup.output.broadcast(Element::Watermark(wm)).await?;
+                    } else if !idle_sent && source.is_idle(now) {
                         idle_sent = true;
                         setup.output.broadcast(Element::Idle).await?;
                     }

@@ -138,7 +138,16 @@ impl ConsumerSettings {
         for (k, v) in self.public.iter().chain(&self.secret) {
             c.set(k, v);
         }
-        c.set_log_level(RDKafkaLogLevel::Warning);
+        // librdkafka filters its own log lines: ask for the lines `tracing` would keep
+        // (`RUST_LOG=librdkafka=debug` with a `debug` property shows the client's internals)
+        let level = if tracing::enabled!(target: "librdkafka", tracing::Level::DEBUG) {
+            RDKafkaLogLevel::Debug
+        } else if tracing::enabled!(target: "librdkafka", tracing::Level::INFO) {
+            RDKafkaLogLevel::Info
+        } else {
+            RDKafkaLogLevel::Warning
+        };
+        c.set_log_level(level);
         c
     }
 }

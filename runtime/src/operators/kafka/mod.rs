@@ -70,7 +70,8 @@ pub struct KafkaSourcePlan {
 }
 
 impl KafkaSourcePlan {
-    /// Plans the source of step `uid` of job `job` (the default group id is derived from it).
+    /// Plans the source of step `uid` of job `job` (`<namespace>-<name>`, or the name of a job
+    /// without a namespace): the default group id is `streamjob-<job>`.
     pub fn new(
         uid: &str,
         job: &str,
@@ -667,6 +668,10 @@ impl SourceOperator for KafkaSource {
 
     fn is_idle(&self, now_ms: i64) -> bool {
         self.watermarks.is_idle(now_ms)
+    }
+
+    fn watermark(&self, now_ms: i64) -> Option<i64> {
+        self.watermarks.current(now_ms)
     }
 
     async fn snapshot_state(
