@@ -110,8 +110,12 @@ pub struct Job {
     pub keys: u64,
     pub seed: u64,
     pub rate: u64,
-    /// A stateless pass-everything filter (uid `pass`) before the window.
+    /// A stateless filter (uid `pass`) before the window: [`Job::filter_sql`].
     pub filter: bool,
+    /// The filter's predicate (default `value >= 0`, which passes everything).
+    pub filter_sql: String,
+    /// The file sink's `rollingPolicy` (default `{onCheckpoint: {}}`).
+    pub rolling: &'static str,
     /// The keyed window (uid `per-key`).
     pub window: bool,
     pub allow_non_restored: bool,
@@ -120,6 +124,7 @@ pub struct Job {
     pub trigger_nonce: Option<i64>,
     pub dispose_on_delete: bool,
     pub checkpoint_interval: &'static str,
+    pub readiness_timeout: &'static str,
     /// `spec.workers` (0: the runtime pod runs every subtask).
     pub workers: u32,
     /// Read the generator's records from Kafka instead of generating them (see [`KafkaInput`]).
@@ -158,6 +163,8 @@ impl Job {
             seed: 7,
             rate: 1000,
             filter: false,
+            filter_sql: "value >= 0".into(),
+            rolling: "{onCheckpoint: {}}",
             window: true,
             allow_non_restored: false,
             strategy: "InPlace",
@@ -165,6 +172,7 @@ impl Job {
             trigger_nonce: None,
             dispose_on_delete: false,
             checkpoint_interval: "1s",
+            readiness_timeout: "60s",
             workers: 0,
             kafka: None,
         }
@@ -184,6 +192,8 @@ impl Job {
             strategy,
             state,
             checkpoint_interval,
+            readiness_timeout,
+            rolling,
             ..
         } = self;
         let mut steps = match &self.kafka {
@@ -202,7 +212,10 @@ impl Job {
             ),
         };
         if self.filter {
-            steps.push_str("  - uid: pass\n    filter: \"value >= 0\"\n");
+            steps.push_str(&format!(
+                "  - uid: pass\n    filter: {:?}\n",
+                self.filter_sql
+            ));
         }
         if self.window {
             steps.push_str(
@@ -210,7 +223,7 @@ impl Job {
             );
         }
         steps.push_str(&format!(
-            "  - uid: out\n    fileSink:\n      path: s3://{bucket}/output/{name}\n      format: {{jsonLines: {{}}}}\n      bucketAssigner: {{basePath: {{}}}}\n      rollingPolicy: {{onCheckpoint: {{}}}}\n      outputFileConfig: {{partPrefix: part, partSuffix: .json}}\n"
+            "  - uid: out\n    fileSink:\n      path: s3://{bucket}/output/{name}\n      format: {{jsonLines: {{}}}}\n      bucketAssigner: {{basePath: {{}}}}\n      rollingPolicy: {rolling}\n      outputFileConfig: {{partPrefix: part, partSuffix: .json}}\n"
         ));
         let nonce = self
             .trigger_nonce
@@ -230,7 +243,7 @@ spec:
   upgrade:
     strategy: {strategy}
     allowNonRestoredState: {anr}
-    readinessTimeout: 60s
+    readinessTimeout: {readiness_timeout}
     savepointTimeout: 60s
   checkpoints:
     interval: {checkpoint_interval}
@@ -388,6 +401,47 @@ pub async fn read_part(
             .as_i64()
             .ok_or_else(|| bad(line, "sum_value"))?;
         out.push(((key.to_string(), start), (count, sum)));
+    }
+    Ok(out)
+}
+
+/// A multipart upload a sink instance recorded before uploading a part of an in-progress or
+/// pending file (`output/<name>/.streamjob/uploads/<subtask>/<instance>-<seq>`): uncommitted
+/// output in the store.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UploadMarker {
+    /// The sink instance (one per sink subtask per attempt) that started the upload.
+    pub instance: String,
+    /// Bucket key of the part file the upload completes into.
+    pub key: String,
+    pub upload_id: String,
+}
+
+/// The upload markers under `output/<name>/` now (a marker is dropped once its upload is
+/// committed or aborted, so one that vanishes between listing and reading is skipped).
+pub async fn upload_markers(env: &TestEnv, bucket: &str, name: &str) -> Result<Vec<UploadMarker>> {
+    let base = format!("output/{name}");
+    let mut out = Vec::new();
+    for o in env
+        .s3()
+        .list(bucket, &format!("{base}/.streamjob/uploads"))
+        .await?
+    {
+        let Ok(body) = env.s3().read(bucket, &o.key).await else {
+            continue;
+        };
+        let v: Value = serde_json::from_slice(&body)
+            .map_err(|e| Error::Other(format!("upload marker {}: {e}", o.key)))?;
+        let file = o.key.rsplit('/').next().unwrap_or_default();
+        let instance = file.rsplit_once('-').map(|(i, _)| i).unwrap_or(file);
+        let (Some(key), Some(upload_id)) = (v["key"].as_str(), v["uploadId"].as_str()) else {
+            return Err(Error::Other(format!("upload marker {}: {v}", o.key)));
+        };
+        out.push(UploadMarker {
+            instance: instance.to_string(),
+            key: format!("{base}/{key}"),
+            upload_id: upload_id.to_string(),
+        });
     }
     Ok(out)
 }

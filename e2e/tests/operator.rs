@@ -19,9 +19,9 @@ use streamjob_e2e::kafka::Kafka;
 use streamjob_e2e::kubelet::ImageMapping;
 use streamjob_e2e::process::Watchdog;
 use streamjob_e2e::scenario::{
-    Job, KafkaInput, SECRET, check_exactly_once, condition, condition_true, container_pid,
-    deployed_hash, finished_parts, generator_json, generator_ts, install_operator, phase,
-    pid_alive, promoted, read_output, sj_api, status,
+    Job, KafkaInput, SECRET, START_MS, UploadMarker, WINDOW_MS, check_exactly_once, condition,
+    condition_true, container_pid, deployed_hash, finished_parts, generator_json, generator_ts,
+    install_operator, phase, pid_alive, promoted, read_output, sj_api, status, upload_markers,
 };
 use streamjob_e2e::wait::poll_until;
 
@@ -495,6 +495,157 @@ async fn e_crashing_version_is_rolled_back() {
     ctx.finished().await;
     ctx.assert_exactly_once().await;
     ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
+
+/// Rollback after output (issue #19): a new version restores the savepoint, processes records,
+/// uploads parts of in-progress and pending files, and then fails before its first checkpoint —
+/// a filter that divides by zero on the first record past a point ten seconds of input after
+/// what the old version had committed (the poison point is fixed when the new spec is applied,
+/// so the new version always reaches it with output behind it). It restarts on the same record
+/// until the operator rolls it back; the old spec restores the same savepoint and finishes.
+/// Nothing the failed version wrote may become visible and every upload it started must be
+/// aborted: every aggregate once, no upload left open.
+async fn rolled_back_after_output(mut ctx: Ctx) {
+    let env = ctx.env;
+    let strategy = ctx.job.strategy;
+    ctx.job.count = 80_000;
+    ctx.job.rate = 2000;
+    ctx.job.keys = 20;
+    // small parts: the new version rolls (and uploads) several before it reaches the poison
+    ctx.job.rolling = "{default: {maxPartSize: 1KiB}}";
+    ctx.apply();
+    let before = ctx.running_with_checkpoint().await;
+    let old = deployed_hash(&before);
+    let (bucket, name) = (ctx.job.bucket.clone(), ctx.job.name.clone());
+
+    // The old version's sink instances (one per sink subtask, stable while its run lasts), so
+    // that any other instance seen while the new version restores is the new version's.
+    let subtasks = ctx.job.parallelism as usize;
+    let old_instances = poll_until(
+        "an upload of every sink subtask of the old version",
+        TIMEOUT,
+        Duration::from_millis(100),
+        || async {
+            let seen: std::collections::BTreeSet<String> = upload_markers(env, &bucket, &name)
+                .await?
+                .into_iter()
+                .map(|m| m.instance)
+                .collect();
+            Ok((seen.len() >= subtasks).then_some(seen))
+        },
+    )
+    .await
+    .expect("the old version uploads parts");
+    let committed_to = read_output(env, &bucket, &name)
+        .await
+        .expect("read output")
+        .keys()
+        .map(|(_, start)| start + WINDOW_MS)
+        .max()
+        .expect("the old version committed windows");
+    // ten seconds of input (1 ms of event time per record) past what is committed: far beyond
+    // where the savepoint the upgrade is about to take can be
+    let poison = u64::try_from(committed_to - START_MS).unwrap() + 10 * ctx.job.rate;
+    ctx.log(&format!(
+        "committed up to record {}; poison at {}",
+        committed_to - START_MS,
+        poison + 1
+    ));
+    ctx.job.image = "streamjob/runtime:v2".into();
+    ctx.job.filter = true;
+    ctx.job.filter_sql = format!(
+        "CASE WHEN id > {poison} THEN 10 / (CAST(id AS BIGINT) - CAST(id AS BIGINT)) ELSE 1 END > 0"
+    );
+    // no checkpoint of the new version before it reaches the poison
+    ctx.job.checkpoint_interval = "30s";
+    ctx.job.readiness_timeout = "40s";
+    ctx.apply();
+
+    let restoring = format!("{strategy}/Restoring");
+    let mut new_version: Vec<UploadMarker> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let rolled_back = loop {
+        // list first, then read status: uploads listed while status still says the new
+        // version is restoring were started by it (the old spec's new run starts only after
+        // status moved on to the rollback)
+        let markers = upload_markers(env, &bucket, &name)
+            .await
+            .expect("list markers");
+        let o = ctx.get().await;
+        if status(&o)["upgrade"]["step"] == restoring.as_str() {
+            for m in markers {
+                if !old_instances.contains(&m.instance) && !new_version.contains(&m) {
+                    new_version.push(m);
+                }
+            }
+        }
+        if condition_true(&o, "RolledBack")
+            && phase(&o) == "Running"
+            && deployed_hash(&o) == old
+            && status(&o)["deployment"]["startedFrom"] == "savepoint"
+        {
+            break o;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not rolled back after 150 s: {}\nseen: {:?}",
+            status(&o),
+            ctx.seen()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    ctx.log(&format!(
+        "rolled back: {}; the failed version had {} uploads in flight",
+        condition(&rolled_back, "RolledBack").unwrap()["message"],
+        new_version.len()
+    ));
+    assert_started_from_recorded_savepoint(&rolled_back);
+    assert_eq!(
+        status(&rolled_back)["deployment"]["image"],
+        "streamjob/runtime:v1"
+    );
+    assert!(
+        !new_version.is_empty(),
+        "the new version uploaded no part before it failed: the scenario did not test rollback after output"
+    );
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    // its uploads were aborted (never completed: exactly-once above) and their markers dropped
+    for m in &new_version {
+        assert!(
+            !env.s3()
+                .upload_open(&bucket, &m.key, &m.upload_id)
+                .await
+                .unwrap(),
+            "upload {} of {} by the failed version is still open",
+            m.upload_id,
+            m.key
+        );
+    }
+    let left = upload_markers(env, &bucket, &name).await.unwrap();
+    assert!(left.is_empty(), "upload markers left: {left:?}");
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
+}
+
+/// o. Rollback after output, in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn o_version_failing_after_output_is_rolled_back_in_place() {
+    let env = env().await;
+    let ctx = Ctx::new(env, new_job(env, "fail-late").await).await;
+    rolled_back_after_output(ctx).await;
+}
+
+/// p. Rollback after output with `strategy: Shadow` and `spec.workers: 2` (the failing version
+/// runs on its own two workers; the warm old coordinator restores at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p_version_failing_after_output_is_rolled_back_from_shadow_with_workers() {
+    let env = env().await;
+    let mut job = new_job(env, "fail-late-shadow").await;
+    job.strategy = "Shadow";
+    job.parallelism = 2;
+    job.workers = 2;
+    let ctx = Ctx::new(env, job).await;
+    rolled_back_after_output(ctx).await;
 }
 
 /// f. suspend (stop with a savepoint, no pods) and resume from that savepoint.

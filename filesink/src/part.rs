@@ -47,6 +47,13 @@ impl Recoverable {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// What its marker records: the upload id (once created), or the temporary key.
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            Recoverable::TempFile { temp_key, .. } => Some(temp_key),
+            Recoverable::Multipart { upload_id, .. } => upload_id.as_deref(),
+        }
+    }
 }
 
 /// A pending part file: what completes it.
@@ -66,6 +73,14 @@ pub enum Committable {
 }
 
 impl Committable {
+    /// What its marker records: the upload id, or the temporary key.
+    pub fn id(&self) -> &str {
+        match self {
+            Committable::Rename { temp_key, .. } => temp_key,
+            Committable::Multipart { upload_id, .. } => upload_id,
+        }
+    }
+
     /// Size of the finished file.
     pub fn size(&self) -> u64 {
         match self {
@@ -151,6 +166,12 @@ impl std::fmt::Debug for PartStream {
 impl PartStream {
     /// Starts a new in-progress part file that will be committed as `final_key`.
     pub async fn open(store: &dyn Store, final_key: &str, part_size: usize) -> Result<Self> {
+        Self::open_at(store, part_size, temp_key_for(final_key)).await
+    }
+
+    /// [`PartStream::open`] with the temporary file's key chosen by the caller (who records it
+    /// before the file exists); multipart stores ignore it.
+    pub async fn open_at(store: &dyn Store, part_size: usize, temp_key: String) -> Result<Self> {
         if store.supports_multipart() {
             Ok(PartStream::Multipart {
                 upload_id: None,
@@ -160,7 +181,6 @@ impl PartStream {
                 part_size: part_size.max(MIN_PART_SIZE),
             })
         } else {
-            let temp_key = temp_key_for(final_key);
             let file = store.open_temp(&temp_key, None).await?;
             Ok(PartStream::Temp {
                 file,
@@ -262,6 +282,14 @@ impl PartStream {
                 Ok(Some(id))
             }
             _ => Ok(None),
+        }
+    }
+
+    /// The temporary file's key (rename stores).
+    pub fn temp_key(&self) -> Option<&str> {
+        match self {
+            PartStream::Temp { temp_key, .. } => Some(temp_key),
+            PartStream::Multipart { .. } => None,
         }
     }
 

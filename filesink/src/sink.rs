@@ -17,7 +17,7 @@ use tracing::Instrument;
 use crate::bucket::BucketAssigner;
 use crate::error::{Error, Result};
 use crate::format::{Encoder, FormatKind};
-use crate::part::{Committable, PartStream, Recoverable, commit};
+use crate::part::{Committable, PartStream, Recoverable, commit, temp_key_for};
 use crate::rolling::RollingPolicy;
 use crate::store::{MIN_PART_SIZE, Store};
 
@@ -110,7 +110,7 @@ pub struct SinkMetrics {
     pub files_committed: u64,
     /// Commits that failed (retried at the next notification or restore).
     pub commit_failures: u64,
-    /// Orphaned multipart uploads (of crashed attempts) aborted.
+    /// Orphaned multipart uploads aborted and temporary files deleted (of crashed attempts).
     pub orphans_aborted: u64,
     /// Small pending files merged away by compaction.
     pub files_compacted: u64,
@@ -170,7 +170,7 @@ pub struct FileSink {
     metrics: SinkMetrics,
     instance: String,
     marker_seq: u64,
-    /// Upload id → key of the marker this instance wrote for it.
+    /// Upload id (temporary key on rename stores) → key of the marker this instance wrote.
     markers: HashMap<String, String>,
     orphans_checked: bool,
     compaction_target: Option<u64>,
@@ -178,6 +178,20 @@ pub struct FileSink {
 
 /// Where multipart upload markers live, under the base path (hidden from Hive/Spark readers).
 pub const UPLOAD_MARKERS: &str = ".streamjob/uploads";
+
+/// Where temporary-file markers live on rename stores (local, HDFS): a sink instance records
+/// each temporary part file it creates, so that a later instance deletes those of dead
+/// instances (a crash-looping job would otherwise leave one per part per attempt) without
+/// listing the output.
+pub const TEMP_MARKERS: &str = ".streamjob/temp";
+
+/// A marker of a temporary part file that some sink instance created.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TempMarker {
+    /// Key of the temporary file.
+    pub temp_key: String,
+}
 
 /// A marker of a multipart upload that some sink instance started (see [`FileSink`] docs).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -202,11 +216,30 @@ fn parse_part_name(name: &str, prefix: &str, suffix: &str) -> Option<(u32, u64)>
     Some((sub.parse().ok()?, counter.parse().ok()?))
 }
 
-fn parse_marker_key(key: &str) -> Option<(u32, &str)> {
-    let rest = key.strip_prefix(UPLOAD_MARKERS)?.strip_prefix('/')?;
+/// `(subtask, instance)` of a marker key `<dir>/<subtask>/<instance>-<seq>`. Anything else in
+/// the folder — such as the hidden temporary file of a marker being written by a live (or
+/// paused) instance — is not a marker and is left alone.
+fn parse_marker_key<'a>(dir: &str, key: &'a str) -> Option<(u32, &'a str)> {
+    let rest = key.strip_prefix(dir)?.strip_prefix('/')?;
     let (sub, name) = rest.split_once('/')?;
-    let (instance, _seq) = name.rsplit_once('-')?;
+    let (instance, seq) = name.rsplit_once('-')?;
+    if instance.is_empty()
+        || !instance.chars().all(|c| c.is_ascii_alphanumeric())
+        || seq.parse::<u64>().is_err()
+    {
+        return None;
+    }
     Some((sub.parse().ok()?, instance))
+}
+
+/// What a marker records: the upload id, or the temporary key on rename stores.
+fn marker_id(body: &[u8]) -> Option<String> {
+    if let Ok(m) = serde_json::from_slice::<UploadMarker>(body) {
+        return Some(m.upload_id);
+    }
+    serde_json::from_slice::<TempMarker>(body)
+        .ok()
+        .map(|m| m.temp_key)
 }
 
 impl std::fmt::Debug for FileSink {
@@ -397,13 +430,13 @@ impl FileSink {
                 restored_buckets.insert(String::new());
             }
             let store = self.store.clone();
-            // markers of earlier instances, by upload id: whoever takes an upload over drops them
+            // markers of earlier instances, by upload id (temporary key on rename stores):
+            // whoever takes an upload or a temporary file over drops them
             let mut old_markers: HashMap<String, Vec<String>> = HashMap::new();
-            if store.supports_multipart() && !restored.is_empty() {
-                for o in store.list(UPLOAD_MARKERS).await? {
-                    if let Ok(m) = serde_json::from_slice::<UploadMarker>(&store.get(&o.key).await?)
-                    {
-                        old_markers.entry(m.upload_id).or_default().push(o.key);
+            if !restored.is_empty() {
+                for o in store.list(self.marker_dir()).await? {
+                    if let Some(id) = marker_id(&store.get(&o.key).await?) {
+                        old_markers.entry(id).or_default().push(o.key);
                     }
                 }
             }
@@ -417,9 +450,7 @@ impl FileSink {
                 for p in &st.pending {
                     commit(store.as_ref(), &p.final_key, &p.committable).await?;
                     self.metrics.files_committed += 1;
-                    if let Committable::Multipart { upload_id, .. } = &p.committable {
-                        drop_markers(store.as_ref(), old_markers.remove(upload_id)).await?;
-                    }
+                    drop_markers(store.as_ref(), old_markers.remove(p.committable.id())).await?;
                 }
                 for (b, t) in &st.open_buckets {
                     let e = self.open_buckets.entry(b.clone()).or_insert(*t);
@@ -436,11 +467,7 @@ impl FileSink {
                     )
                     .await?
                     else {
-                        if let Recoverable::Multipart {
-                            upload_id: Some(id),
-                            ..
-                        } = &f.recoverable
-                        {
+                        if let Some(id) = f.recoverable.id() {
                             drop_markers(store.as_ref(), old_markers.remove(id)).await?;
                         }
                         continue;
@@ -449,14 +476,15 @@ impl FileSink {
                         let c = stream.close(store.as_ref(), &f.final_key).await?;
                         commit(store.as_ref(), &f.final_key, &c).await?;
                         self.metrics.files_committed += 1;
-                        if let Committable::Multipart { upload_id, .. } = &c {
-                            drop_markers(store.as_ref(), old_markers.remove(upload_id)).await?;
-                        }
+                        drop_markers(store.as_ref(), old_markers.remove(c.id())).await?;
                         continue;
                     }
                     if let Some(id) = stream.upload_id().map(str::to_string) {
                         self.register_upload(&f.final_key, &id).await?;
                         drop_markers(store.as_ref(), old_markers.remove(&id)).await?;
+                    } else if let Some(temp) = stream.temp_key().map(str::to_string) {
+                        self.register_temp(&temp).await?;
+                        drop_markers(store.as_ref(), old_markers.remove(&temp)).await?;
                     }
                     let encoder = self
                         .format
@@ -611,7 +639,7 @@ impl FileSink {
                 self.prefix, self.subtask_index, counter, self.suffix
             );
             let final_key = join_key(bucket, &name);
-            let stream = PartStream::open(self.store.as_ref(), &final_key, self.part_size).await?;
+            let stream = self.open_stream(&final_key).await?;
             let encoder = self.format.encoder(&self.schema, false)?;
             self.parts.insert(
                 bucket.to_string(),
@@ -861,18 +889,11 @@ impl FileSink {
                         return Err(e);
                     }
                     self.metrics.files_committed += 1;
-                    if let Committable::Multipart { upload_id, .. } = &f.committable
-                        && let Some(m) = self.markers.remove(upload_id)
-                    {
-                        // a leftover marker of a finished upload is harmless (abort → not found)
-                        if let Err(e) = self.store.delete(&m).await {
-                            tracing::warn!(key = %m, error = %e, "could not delete an upload marker");
-                        }
-                    }
+                    self.forget_marker(f.committable.id()).await;
                 }
             }
-            if !self.orphans_checked && self.store.supports_multipart() {
-                self.abort_orphans().await?;
+            if !self.orphans_checked {
+                self.clean_orphans().await?;
                 self.orphans_checked = true;
             }
             self.write_success_markers().await
@@ -946,8 +967,7 @@ impl FileSink {
                 self.prefix, self.subtask_index, counter, self.suffix
             );
             let final_key = join_key(&bucket, &name);
-            let mut stream =
-                PartStream::open(self.store.as_ref(), &final_key, self.part_size).await?;
+            let mut stream = self.open_stream(&final_key).await?;
             stream
                 .write(self.store.as_ref(), &final_key, merged)
                 .await?;
@@ -968,6 +988,7 @@ impl FileSink {
         for (i, p) in old.into_iter().enumerate() {
             if drop_idx.contains(&i) {
                 crate::part::discard(self.store.as_ref(), &p.final_key, &p.committable).await?;
+                self.forget_marker(p.committable.id()).await;
             } else {
                 self.pending_current.push(p);
             }
@@ -978,38 +999,84 @@ impl FileSink {
     }
 
     async fn register_upload(&mut self, final_key: &str, upload_id: &str) -> Result<()> {
-        if self.markers.contains_key(upload_id) {
-            return Ok(());
-        }
-        self.marker_seq += 1;
-        let key = format!(
-            "{UPLOAD_MARKERS}/{}/{}-{}",
-            self.subtask_index, self.instance, self.marker_seq
-        );
         let body = serde_json::to_vec(&UploadMarker {
             key: final_key.to_string(),
             upload_id: upload_id.to_string(),
         })
         .map_err(|e| Error::State(format!("upload marker: {e}")))?;
+        self.put_marker(upload_id, body).await
+    }
+
+    /// Records a temporary part file before it is created (rename stores).
+    async fn register_temp(&mut self, temp_key: &str) -> Result<()> {
+        let body = serde_json::to_vec(&TempMarker {
+            temp_key: temp_key.to_string(),
+        })
+        .map_err(|e| Error::State(format!("temp file marker: {e}")))?;
+        self.put_marker(temp_key, body).await
+    }
+
+    async fn put_marker(&mut self, id: &str, body: Vec<u8>) -> Result<()> {
+        if self.markers.contains_key(id) {
+            return Ok(());
+        }
+        self.marker_seq += 1;
+        let key = format!(
+            "{}/{}/{}-{}",
+            self.marker_dir(),
+            self.subtask_index,
+            self.instance,
+            self.marker_seq
+        );
         self.store.put(&key, Bytes::from(body)).await?;
-        self.markers.insert(upload_id.to_string(), key);
+        self.markers.insert(id.to_string(), key);
         Ok(())
     }
 
-    /// Aborts the uploads of dead instances of this subtask index (subtask 0 also takes indices
-    /// at or above the parallelism). Runs once, after the first checkpoint of this instance
+    /// Drops this instance's marker of a committed or discarded part. Best effort: a leftover
+    /// marker of a finished part is harmless (the cleanup finds the upload or file gone).
+    async fn forget_marker(&mut self, id: &str) {
+        if let Some(m) = self.markers.remove(id)
+            && let Err(e) = self.store.delete(&m).await
+        {
+            tracing::warn!(key = %m, error = %e, "could not delete a part marker");
+        }
+    }
+
+    fn marker_dir(&self) -> &'static str {
+        if self.store.supports_multipart() {
+            UPLOAD_MARKERS
+        } else {
+            TEMP_MARKERS
+        }
+    }
+
+    /// The stream of a new part; on a rename store its temporary file is recorded first, so
+    /// that a crash between the two leaves nothing unrecorded.
+    async fn open_stream(&mut self, final_key: &str) -> Result<PartStream> {
+        let temp_key = temp_key_for(final_key);
+        if !self.store.supports_multipart() {
+            self.register_temp(&temp_key).await?;
+        }
+        PartStream::open_at(self.store.as_ref(), self.part_size, temp_key).await
+    }
+
+    /// Cleans up what dead instances of this subtask index left (subtask 0 also takes indices
+    /// at or above the parallelism): their multipart uploads are aborted, their temporary files
+    /// deleted (rename stores). Runs once, after the first checkpoint of this instance
     /// completed: by then every subtask of the attempt has taken over what the restored state
     /// references (and dropped those markers), and no earlier instance is still running.
-    async fn abort_orphans(&mut self) -> Result<()> {
+    async fn clean_orphans(&mut self) -> Result<()> {
+        let dir = self.marker_dir();
         let mine: BTreeSet<&str> = self
             .parts
             .values()
-            .filter_map(|p| p.stream.upload_id())
+            .filter_map(|p| p.stream.upload_id().or_else(|| p.stream.temp_key()))
             .chain(self.markers.keys().map(String::as_str))
             .collect();
-        let mut aborted = 0;
-        for o in self.store.list(UPLOAD_MARKERS).await? {
-            let Some((sub, instance)) = parse_marker_key(&o.key) else {
+        let mut cleaned = 0;
+        for o in self.store.list(dir).await? {
+            let Some((sub, instance)) = parse_marker_key(dir, &o.key) else {
                 continue;
             };
             let owned =
@@ -1017,22 +1084,35 @@ impl FileSink {
             if !owned || instance == self.instance {
                 continue;
             }
-            if let Ok(m) = serde_json::from_slice::<UploadMarker>(&self.store.get(&o.key).await?) {
+            let body = self.store.get(&o.key).await?;
+            if let Ok(m) = serde_json::from_slice::<UploadMarker>(&body) {
                 if mine.contains(m.upload_id.as_str()) {
                     continue;
                 }
                 match self.store.abort_multipart(&m.key, &m.upload_id).await {
-                    Ok(()) => aborted += 1,
+                    Ok(()) => cleaned += 1,
                     Err(e) if e.is_transient() => return Err(e),
                     Err(e) => tracing::debug!(key = %m.key, error = %e, "orphan already gone"),
+                }
+            } else if let Ok(m) = serde_json::from_slice::<TempMarker>(&body) {
+                if mine.contains(m.temp_key.as_str()) {
+                    continue;
+                }
+                // gone: renamed by the commit of a checkpoint (whose marker was not dropped)
+                if self.store.head(&m.temp_key).await?.is_some() {
+                    self.store.delete(&m.temp_key).await?;
+                    cleaned += 1;
                 }
             }
             self.store.delete(&o.key).await?;
         }
-        if aborted > 0 {
-            tracing::info!(aborted, "aborted orphaned multipart uploads");
+        if cleaned > 0 {
+            tracing::info!(
+                cleaned,
+                "aborted orphaned uploads / deleted orphaned temporary files"
+            );
         }
-        self.metrics.orphans_aborted += aborted;
+        self.metrics.orphans_aborted += cleaned;
         Ok(())
     }
 
@@ -1054,5 +1134,35 @@ impl FileSink {
     /// Subtask index and parallelism this sink was built for.
     pub fn subtask(&self) -> (u32, u32) {
         (self.subtask_index, self.parallelism)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_keys_parse_and_a_marker_being_written_is_not_one() {
+        assert_eq!(
+            parse_marker_key(TEMP_MARKERS, ".streamjob/temp/3/0a1b-12"),
+            Some((3, "0a1b"))
+        );
+        // the hidden temporary file of a local `put` of a marker (found when a live or paused
+        // instance is writing one): deleting it would fail that instance's write
+        assert_eq!(
+            parse_marker_key(
+                TEMP_MARKERS,
+                ".streamjob/temp/3/.0a1b-12.put.5f0e2b1c-77aa-4c2a-9d1e-0123456789ab"
+            ),
+            None
+        );
+        assert_eq!(
+            parse_marker_key(UPLOAD_MARKERS, ".streamjob/temp/3/0a1b-12"),
+            None
+        );
+        assert_eq!(
+            parse_marker_key(UPLOAD_MARKERS, ".streamjob/uploads/0/0a1b-x"),
+            None
+        );
     }
 }

@@ -684,6 +684,17 @@ async fn local_matrix(fmt: Fmt, compaction: bool) {
         "only {attempts} attempts: the crash plan did not bite"
     );
     let (files, _) = verify(inner.as_ref(), fmt, &input).await;
+    // what the crashed attempts left (a temporary file per open part each) is gone: the last
+    // attempt deleted it after its first checkpoint, and dropped every marker
+    let left: Vec<String> = inner
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .filter(|k| k.contains(".inprogress.") || k.starts_with(".streamjob/"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
     eprintln!(
         "local {fmt:?} compaction={compaction}: {attempts} attempts, {files} files, {} merged",
         job.compacted

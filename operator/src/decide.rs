@@ -990,6 +990,30 @@ impl Ctx<'_> {
         });
     }
 
+    /// Starts a new run in the deployed, warm pods (a shadow rollback): the same pods, so the
+    /// deployment record stays, but it now says where and when this run started.
+    fn start_warm_deployment(&mut self, pod: String, from: Option<String>) {
+        if let Some(d) = self
+            .st
+            .deployment
+            .as_mut()
+            .filter(|d| d.workload.as_deref() == Some(pod.as_str()))
+        {
+            d.started_from = if from.is_some() {
+                StartedFrom::Savepoint
+            } else {
+                StartedFrom::Empty
+            };
+            d.path = from.clone();
+            d.started_at = Some(self.now.clone());
+        }
+        self.actions.push(Action::Start {
+            pod,
+            from_savepoint: from,
+            epoch: 0,
+        });
+    }
+
     fn record_savepoint(&mut self, path: &str, reason: &str, started_at: Option<&str>) {
         let info = SavepointInfo {
             path: path.to_string(),
@@ -2072,11 +2096,7 @@ impl Ctx<'_> {
             && js.as_ref().is_some_and(|j| j.state == RunState::Standby)
             && pod.as_ref().is_some_and(|p| !p.terminating)
         {
-            self.actions.push(Action::Start {
-                pod: watched.clone(),
-                from_savepoint: up.savepoint.clone(),
-                epoch: 0,
-            });
+            self.start_warm_deployment(watched.clone(), up.savepoint.clone());
             return;
         }
         let failure = match &pod {
@@ -2255,11 +2275,7 @@ impl Ctx<'_> {
                             step: Restoring,
                         }
                         .to_string();
-                        self.actions.push(Action::Start {
-                            pod: old,
-                            from_savepoint: up.savepoint.clone(),
-                            epoch: 0,
-                        });
+                        self.start_warm_deployment(old, up.savepoint.clone());
                     }
                     // Otherwise Rollback/Stopped recreates the old version.
                 }

@@ -352,7 +352,30 @@ impl Case {
         for (i, a) in d.actions.iter().enumerate() {
             let epoch = match a {
                 Action::CreatePod(p) => Some(p.epoch),
-                Action::Start { epoch, .. } => Some(*epoch),
+                Action::Start {
+                    epoch,
+                    pod,
+                    from_savepoint,
+                } => {
+                    // a new run of the deployed pods: status says what it restores
+                    if let Some(dep) = d
+                        .status
+                        .deployment
+                        .as_ref()
+                        .filter(|dep| dep.workload.as_ref() == Some(pod))
+                    {
+                        assert_eq!(
+                            &dep.path, from_savepoint,
+                            "{name}: status.deployment.path of started {pod}"
+                        );
+                        assert_eq!(
+                            dep.started_at.as_deref(),
+                            Some(rfc3339(self.obs.now).as_str()),
+                            "{name}: status.deployment.startedAt of started {pod}"
+                        );
+                    }
+                    Some(*epoch)
+                }
                 Action::Cancel { pod } => {
                     assert!(
                         d.actions[i..]

@@ -1051,13 +1051,22 @@ async fn run_session(
             }
             Err((e, latest)) => {
                 shared.update(|s| s.failure = Some(e.to_string()));
+                // a run a newer epoch superseded while this attempt ran (a paused zombie whose
+                // files its successor cleaned up) stops here instead of restarting from
+                // checkpoints its successor may have retired
+                if let Err(fenced @ Error::Superseded { .. }) = fence.ensure_current().await {
+                    tracing::warn!(error = %e, "attempt failed after the run was superseded");
+                    shared.update(|s| s.failure = Some(fenced.to_string()));
+                    shared.set_state("failed");
+                    return Err(fenced);
+                }
                 let decision = restarts.on_failure(started.elapsed(), rand::random::<f64>());
-                let delay = match decision {
+                let (delay, restart) = match decision {
                     // a process asked to shut down does not restart: the next one resumes
-                    RestartDecision::Restart { delay, .. }
+                    RestartDecision::Restart { delay, restart }
                         if !shared.shutdown.load(Ordering::SeqCst) =>
                     {
-                        delay
+                        (delay, restart)
                     }
                     RestartDecision::Restart { restart, .. } => {
                         return Err(gave_up(shared, restart - 1, &e));
@@ -1081,7 +1090,8 @@ async fn run_session(
                         },
                     }
                     if shared.shutdown.load(Ordering::SeqCst) {
-                        return Err(gave_up(shared, 0, &e));
+                        // the restarts before this one happened; this one will not
+                        return Err(gave_up(shared, restart - 1, &e));
                     }
                 }
                 if latest.is_some() {

@@ -988,8 +988,13 @@ fn read_sink(out: &Path) -> (usize, Aggregates) {
         return (0, got);
     }
     for f in walk(out) {
-        let name = f.file_name().unwrap().to_str().unwrap().to_string();
-        if name.starts_with('.') {
+        // hidden files and folders (in-progress files, `.streamjob/` markers) are not output,
+        // as for Hive and Spark readers
+        let rel = f.strip_prefix(out).unwrap();
+        if rel
+            .components()
+            .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
+        {
             continue;
         }
         let lines: Vec<String> = std::fs::read_to_string(&f)
