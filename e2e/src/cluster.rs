@@ -25,6 +25,9 @@ pub struct ControlPlane {
     scheduler: ManagedProcess,
     controller_manager: ManagedProcess,
     apiserver: ManagedProcess,
+    apiserver_program: PathBuf,
+    apiserver_args: Vec<std::ffi::OsString>,
+    apiserver_restarts: u32,
     etcd: ManagedProcess,
     /// `https://127.0.0.1:<port>`.
     pub server: String,
@@ -114,23 +117,10 @@ impl ControlPlane {
             .arg("--endpoint-reconciler-type=none")
             .arg("--profiling=false")
             .arg("--v=1");
+        let apiserver_args: Vec<std::ffi::OsString> = cmd.get_args().map(Into::into).collect();
         let apiserver = ManagedProcess::spawn("kube-apiserver", cmd, dir, watchdog)?
             .with_grace(Duration::from_secs(60));
-        let ca_pem = std::fs::read(&pki.ca.cert).ctx(|| "read CA".to_string())?;
-        let ca = reqwest::Certificate::from_pem(&ca_pem)?;
-        let https = reqwest::Client::builder()
-            .add_root_certificate(ca)
-            .timeout(Duration::from_secs(5))
-            .build()?;
-        {
-            let url = format!("{server}/readyz");
-            poll_until("kube-apiserver /readyz", READY_TIMEOUT, POLL, || async {
-                apiserver.check_running()?;
-                let r = https.get(&url).send().await?;
-                Ok(r.status().is_success().then_some(()))
-            })
-            .await?;
-        }
+        wait_ready(&apiserver, &pki, &server).await?;
         tracing::info!(elapsed = ?t0.elapsed(), "kube-apiserver ready");
 
         let admin_kubeconfig = dir.join("admin.kubeconfig");
@@ -230,6 +220,9 @@ impl ControlPlane {
             scheduler,
             controller_manager,
             apiserver,
+            apiserver_program: bins.kube_apiserver.clone(),
+            apiserver_args,
+            apiserver_restarts: 0,
             etcd,
             server,
             apiserver_port,
@@ -266,6 +259,28 @@ impl ControlPlane {
         self.scheduler.check_running()
     }
 
+    /// Stops kube-apiserver (SIGTERM, SIGKILL 5 s later) and starts
+    /// it again with the same flags on the same port; returns once `/readyz` answers, with how
+    /// long it was away. Clients see refused connections and broken watches meanwhile.
+    pub async fn restart_apiserver(&mut self, watchdog: Option<&Watchdog>) -> Result<Duration> {
+        let t0 = Instant::now();
+        // it drains open watches for as long as it may: SIGKILL after 5 s, as a crash would
+        self.apiserver.set_grace(Duration::from_secs(5));
+        self.apiserver.stop();
+        self.apiserver_restarts += 1;
+        let mut cmd = Command::new(&self.apiserver_program);
+        cmd.args(&self.apiserver_args);
+        self.apiserver = ManagedProcess::spawn(
+            &format!("kube-apiserver.{}", self.apiserver_restarts),
+            cmd,
+            &self.dir,
+            watchdog,
+        )?
+        .with_grace(Duration::from_secs(60));
+        wait_ready(&self.apiserver, &self.pki, &self.server).await?;
+        Ok(t0.elapsed())
+    }
+
     /// Stops everything now (also done on drop).
     pub fn stop(&mut self) {
         self.scheduler.stop();
@@ -273,6 +288,23 @@ impl ControlPlane {
         self.apiserver.stop();
         self.etcd.stop();
     }
+}
+
+/// Waits for the apiserver's `/readyz`.
+async fn wait_ready(apiserver: &ManagedProcess, pki: &Pki, server: &str) -> Result<()> {
+    let ca_pem = std::fs::read(&pki.ca.cert).ctx(|| "read CA".to_string())?;
+    let ca = reqwest::Certificate::from_pem(&ca_pem)?;
+    let https = reqwest::Client::builder()
+        .add_root_certificate(ca)
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let url = format!("{server}/readyz");
+    poll_until("kube-apiserver /readyz", READY_TIMEOUT, POLL, || async {
+        apiserver.check_running()?;
+        let r = https.get(&url).send().await?;
+        Ok(r.status().is_success().then_some(()))
+    })
+    .await
 }
 
 /// A kube client for a kubeconfig file.

@@ -389,6 +389,12 @@ impl TestEnv {
         }
     }
 
+    /// Restarts kube-apiserver (see [`ControlPlane::restart_apiserver`]); returns how long it
+    /// was away.
+    pub async fn restart_apiserver(&mut self) -> Result<Duration> {
+        self.plane.restart_apiserver(Some(&self._watchdog)).await
+    }
+
     /// The kubelet's pid (its process group holds every pod process).
     pub fn kubelet_pid(&self) -> u32 {
         self.kubelet.pid()

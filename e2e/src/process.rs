@@ -64,6 +64,11 @@ impl ManagedProcess {
         self
     }
 
+    /// Changes how long [`stop`](Self::stop) waits after SIGTERM before SIGKILL.
+    pub fn set_grace(&mut self, grace: Duration) {
+        self.grace = grace;
+    }
+
     /// The process id (also its process group id).
     pub fn pid(&self) -> u32 {
         self.pid

@@ -2,7 +2,8 @@
 //! [`FaultProxy::addr`] and are piped to the upstream server until an outage starts. During an
 //! outage every open connection is cut and every new one is closed at once (the client sees a
 //! reset or an early end of stream, as when a load balancer loses its backends), so a client
-//! fails fast and its retry policy — not a socket timeout — decides what happens next.
+//! fails fast and its retry policy — not a socket timeout — decides what happens next. A
+//! slowdown delays every chunk forwarded either way (a congested or throttling store).
 //!
 //! Plain threads: it runs beside any test runtime and keeps working while the test blocks.
 
@@ -18,6 +19,8 @@ use crate::error::{Error, Result};
 #[derive(Debug, Default)]
 struct Shared {
     outage: AtomicBool,
+    /// Milliseconds each forwarded chunk waits (0: none).
+    delay_ms: AtomicU64,
     stopping: AtomicBool,
     /// Both ends of every piped connection, by id, so an outage can cut them.
     open: Mutex<BTreeMap<u64, (TcpStream, TcpStream)>>,
@@ -98,6 +101,12 @@ impl FaultProxy {
         self.shared.outage.store(false, Ordering::SeqCst);
     }
 
+    /// Delays every chunk forwarded from now on by `delay` (zero ends the slowdown).
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.shared.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
     /// Connections an outage cut or refused so far (a cut of several at once counts once).
     pub fn refused(&self) -> u64 {
         self.shared.refused.load(Ordering::SeqCst)
@@ -144,18 +153,24 @@ fn pipe(shared: &Arc<Shared>, client: TcpStream, server: TcpStream) {
     }
     let s = shared.clone();
     std::thread::spawn(move || {
-        copy(client, server);
+        copy(&s, client, server);
         lock(&s.open).remove(&id);
     });
-    std::thread::spawn(move || copy(server2, client2));
+    let s = shared.clone();
+    std::thread::spawn(move || copy(&s, server2, client2));
 }
 
-fn copy(mut from: TcpStream, mut to: TcpStream) {
+fn copy(shared: &Shared, mut from: TcpStream, mut to: TcpStream) {
     let mut buf = [0u8; 64 * 1024];
     loop {
         match from.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                let delay = shared.delay_ms.load(Ordering::SeqCst);
+                if delay > 0 {
+                    // the slowdown itself, not synchronisation
+                    std::thread::sleep(std::time::Duration::from_millis(delay));
+                }
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }
@@ -201,6 +216,13 @@ mod tests {
         assert!(proxy.refused() >= 2);
         proxy.end_outage();
         let mut after = TcpStream::connect(proxy.addr).unwrap();
+        assert_eq!(&echo(&mut after).unwrap(), b"hello");
+        // a slowdown: each chunk waits, both ways (a lower bound: never flaky)
+        proxy.set_delay(std::time::Duration::from_millis(150));
+        let t0 = std::time::Instant::now();
+        assert_eq!(&echo(&mut after).unwrap(), b"hello");
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(300));
+        proxy.set_delay(std::time::Duration::ZERO);
         assert_eq!(&echo(&mut after).unwrap(), b"hello");
     }
 }

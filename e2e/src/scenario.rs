@@ -3,8 +3,8 @@
 //! JSON file sink), the generator's definition reproduced to compute the expected output, reading
 //! the committed output back from MinIO and checking it exactly-once, and status accessors.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::fixtures::{TestEnv, wait_for};
+use crate::store::S3Endpoint;
 
 /// Name of the Secret with the S3 credentials in a job's namespace.
 pub const SECRET: &str = "s3-credentials";
@@ -361,8 +362,13 @@ pub fn pid_alive(pid: u32) -> bool {
 /// Keys of the finished part files under `output/<name>` (hidden files and folders, such as
 /// `.streamjob/` and in-progress temp files, are not output).
 pub async fn finished_parts(env: &TestEnv, bucket: &str, name: &str) -> Result<Vec<String>> {
+    finished_parts_at(env.s3(), bucket, name).await
+}
+
+/// [`finished_parts`] on an S3 endpoint.
+pub async fn finished_parts_at(s3: &S3Endpoint, bucket: &str, name: &str) -> Result<Vec<String>> {
     let prefix = format!("output/{name}");
-    let listed = env.s3().list(bucket, &prefix).await?;
+    let listed = s3.list(bucket, &prefix).await?;
     Ok(listed
         .into_iter()
         .filter(|o| {
@@ -382,7 +388,16 @@ pub async fn read_part(
     bucket: &str,
     key: &str,
 ) -> Result<Vec<((String, i64), (i64, i64))>> {
-    let data = env.s3().read(bucket, key).await?;
+    read_part_at(env.s3(), bucket, key).await
+}
+
+/// [`read_part`] on an S3 endpoint.
+pub async fn read_part_at(
+    s3: &S3Endpoint,
+    bucket: &str,
+    key: &str,
+) -> Result<Vec<((String, i64), (i64, i64))>> {
+    let data = s3.read(bucket, key).await?;
     let bad = |line: &str, why: &str| Error::Other(format!("{key}: bad line {line:?}: {why}"));
     let mut out = Vec::new();
     for line in String::from_utf8_lossy(&data).lines() {
@@ -444,6 +459,58 @@ pub async fn upload_markers(env: &TestEnv, bucket: &str, name: &str) -> Result<V
         });
     }
     Ok(out)
+}
+
+/// How far the committed output of a job got and when it moved: the finished parts already
+/// read, the newest committed window end, and the instants it grew (output stalls).
+#[derive(Debug, Default)]
+pub struct OutputTracker {
+    seen: BTreeSet<String>,
+    /// Newest committed window end (ms).
+    pub max_end: Option<i64>,
+    /// Wall-clock instants at which `max_end` grew.
+    pub advances: Vec<Instant>,
+}
+
+impl OutputTracker {
+    /// Reads the finished parts not read yet.
+    pub async fn sample(&mut self, s3: &S3Endpoint, bucket: &str, name: &str) -> Result<()> {
+        let now = Instant::now();
+        let mut grew = false;
+        for key in finished_parts_at(s3, bucket, name).await? {
+            if self.seen.contains(&key) {
+                continue;
+            }
+            for ((_, start), _) in read_part_at(s3, bucket, &key).await? {
+                let end = start + WINDOW_MS;
+                if self.max_end.is_none_or(|m| end > m) {
+                    self.max_end = Some(end);
+                    grew = true;
+                }
+            }
+            self.seen.insert(key);
+        }
+        if grew {
+            self.advances.push(now);
+        }
+        Ok(())
+    }
+
+    /// Advances after `t`.
+    pub fn advances_since(&self, t: Instant) -> usize {
+        self.advances.iter().filter(|a| **a > t).count()
+    }
+
+    /// Longest interval between consecutive advances, counting the pairs whose later advance
+    /// is after `from` (so the interval spanning `from` is included) and not after `to`.
+    pub fn max_gap(&self, from: Instant, to: Instant) -> Duration {
+        self.advances
+            .windows(2)
+            .filter(|w| w[1] > from && w[1] <= to)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default()
+    }
 }
 
 /// Every aggregate in the finished part files under `output/<name>/`.

@@ -12,11 +12,13 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   generate   write the CRD YAML into the chart (charts/streamjob-operator/crds/)
   lint       cargo fmt --check, clippy -D warnings, CRD drift, helm lint + template
-  test       every test: unit and integration tests, then the end-to-end suite
+  test       every test: unit and integration tests, the end-to-end suite, then a short soak
              (installs the pinned control plane, MinIO and Helm into the cache first)
   unit       unit and integration tests only (no control plane)
   e2e        the end-to-end suite only
   install    build the pinned Kubernetes, etcd, Helm and MinIO binaries into the cache
+  soak       a StreamJob under >= 200 random faults, checked exactly-once
+             (--quick: 16 faults; --faults N, --seed S)
   bench      benchmarks (add --quick for a short run)
   ci         what .ci/run does: lint, then test";
 
@@ -31,12 +33,13 @@ fn main() -> ExitCode {
     let result = match command.as_str() {
         "generate" => generate(),
         "lint" => lint(),
-        "test" => unit().and_then(|()| e2e()),
+        "test" => test(),
         "unit" => unit(),
         "e2e" => e2e(),
         "install" => install(),
+        "soak" => soak(rest),
         "bench" => bench(rest),
-        "ci" => lint().and_then(|()| unit()).and_then(|()| e2e()),
+        "ci" => lint().and_then(|()| test()),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())
@@ -350,6 +353,32 @@ fn kafka_bench(quick: bool, release: bool) -> Result<(), String> {
         .status();
     let _ = broker.wait();
     result
+}
+
+/// Unit and integration tests, the end-to-end suite, and the short soak.
+fn test() -> Result<(), String> {
+    unit()?;
+    e2e()?;
+    soak(&["--quick".to_string()])
+}
+
+/// The soak (`e2e/src/bin/soak.rs`): one StreamJob on the e2e environment under random faults,
+/// its output checked exactly-once; arguments go to the binary.
+fn soak(args: &[String]) -> Result<(), String> {
+    install()?;
+    run(cargo().args(["build", "--locked", "--bins"]).args(ENGINE))?;
+    run(cargo().args(["build", "--locked", "--bins", "-p", "streamjob-e2e"]))?;
+    run(cargo()
+        .args([
+            "run",
+            "--locked",
+            "-p",
+            "streamjob-e2e",
+            "--bin",
+            "soak",
+            "--",
+        ])
+        .args(args))
 }
 
 /// The engine's own Nexmark benchmark, the file sink benchmark (per format, local disk and

@@ -29,8 +29,8 @@ use kube::Api;
 use kube::api::{DynamicObject, ListParams, PostParams};
 use streamjob_e2e::fixtures::{EnvOptions, TestEnv, repo_root};
 use streamjob_e2e::scenario::{
-    self, Job, SECRET, WINDOW_MS, check_exactly_once, condition_true, container_pid, deployed_hash,
-    phase, pid_alive, promoted, sj_api, status,
+    self, Job, OutputTracker, SECRET, WINDOW_MS, check_exactly_once, condition_true, container_pid,
+    deployed_hash, phase, pid_alive, promoted, sj_api, status,
 };
 
 const POLL: Duration = Duration::from_millis(150);
@@ -149,53 +149,6 @@ struct UpgradeResult {
     exactly_once: std::result::Result<usize, String>,
 }
 
-/// Finished parts already read and the newest committed window end.
-struct OutputTracker {
-    seen: BTreeSet<String>,
-    max_end: Option<i64>,
-    /// Wall-clock instants at which `max_end` grew.
-    advances: Vec<Instant>,
-}
-
-impl OutputTracker {
-    async fn sample(&mut self, env: &TestEnv, job: &Job) -> Result<()> {
-        let now = Instant::now();
-        let mut grew = false;
-        for key in scenario::finished_parts(env, &job.bucket, &job.name).await? {
-            if self.seen.contains(&key) {
-                continue;
-            }
-            for ((_, start), _) in scenario::read_part(env, &job.bucket, &key).await? {
-                let end = start + WINDOW_MS;
-                if self.max_end.is_none_or(|m| end > m) {
-                    self.max_end = Some(end);
-                    grew = true;
-                }
-            }
-            self.seen.insert(key);
-        }
-        if grew {
-            self.advances.push(now);
-        }
-        Ok(())
-    }
-
-    fn advances_since(&self, t: Instant) -> usize {
-        self.advances.iter().filter(|a| **a > t).count()
-    }
-
-    /// Longest interval between consecutive advances, counting the pairs whose later advance
-    /// is after `from` (so the interval spanning `from` is included) and not after `to`.
-    fn max_gap(&self, from: Instant, to: Instant) -> Duration {
-        self.advances
-            .windows(2)
-            .filter(|w| w[1] > from && w[1] <= to)
-            .map(|w| w[1] - w[0])
-            .max()
-            .unwrap_or_default()
-    }
-}
-
 async fn upgrade_round(
     env: &TestEnv,
     strategy: &'static str,
@@ -218,15 +171,11 @@ async fn upgrade_round(
     };
 
     // Running and committing: a completed checkpoint, and output committed twice.
-    let mut out = OutputTracker {
-        seen: BTreeSet::new(),
-        max_end: None,
-        advances: Vec::new(),
-    };
+    let mut out = OutputTracker::default();
     let started = Instant::now();
     let deadline = started + Duration::from_secs(180);
     let before = loop {
-        out.sample(env, &job).await?;
+        out.sample(env.s3(), &job.bucket, &job.name).await?;
         let o = get().await?;
         if phase(&o) == "Running"
             && status(&o)["lastCheckpoint"]["id"].is_u64()
@@ -253,7 +202,7 @@ async fn upgrade_round(
     let mut promoted_at: Option<Instant> = None;
     let deadline = applied + Duration::from_secs(240);
     loop {
-        out.sample(env, &job).await?;
+        out.sample(env.s3(), &job.bucket, &job.name).await?;
         let o = get().await?;
         let now = Instant::now();
         let up = condition_true(&o, "Upgrading");

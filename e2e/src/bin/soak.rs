@@ -1,0 +1,604 @@
+//! Soak (issue #19): one StreamJob on the e2e environment (real control plane, process kubelet,
+//! the operator installed from the chart, MinIO behind a fault-injecting proxy that every pod of
+//! the job talks to) while faults are injected one after another at random moments:
+//!
+//! - SIGKILL of the runtime (coordinator) pod's process, of a worker's, of the operator's (also
+//!   while an upgrade is in flight: nothing waits for upgrades to settle);
+//! - SIGSTOP of the runtime process for 1–4 s (a stuck process or node), then SIGCONT;
+//! - an image bump (an upgrade, strategy alternating InPlace / Shadow);
+//! - a failing version: an upgrade whose new filter divides by zero on a record ten seconds of
+//!   input past what is committed, so it processes records, uploads parts and is rolled back;
+//! - an S3 outage of 0.5–8 s (connections cut and refused) and an S3 slowdown (20–200 ms per
+//!   chunk for 2–8 s);
+//! - a restart of kube-apiserver (the operator's and the kubelet's watches break).
+//!
+//! Upgrades are not stacked: one is applied only when none is in flight. The job is the
+//! generator (2 subtasks on 2 workers, 20 keys, 1,000 records/s) → keyed 1 s tumbling count and
+//! sum → JSON file sink on S3. When the faults are done, the job runs to its end; every
+//! (key, window) aggregate must then be committed exactly once with the right value.
+//!
+//! Prints faults injected by kind, records and aggregates expected, read, missing, duplicated
+//! and wrong, and the longest output stall (wall time without newly committed windows); writes
+//! the table to `target/soak/soak.txt`; exits non-zero unless the output is exactly once.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Parser;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DynamicObject, ListParams};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use streamjob_e2e::fixtures::{EnvOptions, TestEnv, repo_root};
+use streamjob_e2e::proxy::FaultProxy;
+use streamjob_e2e::scenario::{
+    self, Job, OutputTracker, SECRET, START_MS, container_pid, phase, sj_api, status,
+};
+
+const RATE: u64 = 1000;
+
+#[derive(Parser, Debug)]
+#[command(about = "Soak: a StreamJob under random faults, checked exactly-once")]
+struct Args {
+    /// Faults to inject (default 220; 16 with --quick).
+    #[arg(long)]
+    faults: Option<usize>,
+    /// A short run (what CI runs).
+    #[arg(long)]
+    quick: bool,
+    /// Seed of the fault schedule (default: random; printed, so a run can be repeated).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Where to write the table (default `target/soak/soak.txt`).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    KillRuntime,
+    KillWorker,
+    KillOperator,
+    PauseRuntime,
+    ImageBump,
+    FailingVersion,
+    StoreOutage,
+    StoreSlowdown,
+    ApiServerRestart,
+}
+
+/// Each kind with its weight in the random choice.
+const KINDS: [(Fault, u32); 9] = [
+    (Fault::KillRuntime, 3),
+    (Fault::KillWorker, 3),
+    (Fault::KillOperator, 2),
+    (Fault::PauseRuntime, 2),
+    (Fault::ImageBump, 2),
+    (Fault::FailingVersion, 1),
+    (Fault::StoreOutage, 3),
+    (Fault::StoreSlowdown, 2),
+    (Fault::ApiServerRestart, 1),
+];
+
+fn pick(rng: &mut StdRng) -> Fault {
+    let total: u32 = KINDS.iter().map(|(_, w)| w).sum();
+    let mut n = rng.random_range(0..total);
+    for (kind, w) in KINDS {
+        if n < w {
+            return kind;
+        }
+        n -= w;
+    }
+    Fault::KillRuntime
+}
+
+/// The environment, the job and what the soak has done to it.
+struct Soak {
+    env: TestEnv,
+    proxy: FaultProxy,
+    op_ns: String,
+    job: Job,
+    api: Api<DynamicObject>,
+    pods: Api<Pod>,
+    /// Image versions used so far (each bump takes the next).
+    version: u32,
+    t0: Instant,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let wanted = args.faults.unwrap_or(if args.quick { 16 } else { 220 });
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let t0 = Instant::now();
+    let mut soak = Soak::start(wanted, t0).await?;
+    soak.log(&format!(
+        "seed {seed}: {wanted} faults, {} records",
+        soak.job.count
+    ));
+
+    // the output tracker samples the committed output in the background
+    let tracker = std::sync::Arc::new(tokio::sync::Mutex::new(OutputTracker::default()));
+    let sampler = {
+        let tracker = tracker.clone();
+        let env_s3 = soak.env.s3().clone();
+        let (bucket, name) = (soak.job.bucket.clone(), soak.job.name.clone());
+        tokio::spawn(async move {
+            loop {
+                {
+                    let mut t = tracker.lock().await;
+                    if let Err(e) = t.sample(&env_s3, &bucket, &name).await {
+                        tracing::warn!(error = %e, "sampling the output failed");
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+
+    let started = soak.running_with_checkpoint().await?;
+    soak.log(&format!(
+        "running: {}",
+        status(&started)["deployment"]["workload"]
+    ));
+    let mut injected: BTreeMap<Fault, usize> = BTreeMap::new();
+    let mut skipped = 0usize;
+    let stop_at = START_MS + (soak.job.count as i64) - 15 * RATE as i64;
+    while injected.values().sum::<usize>() < wanted {
+        let committed = tracker.lock().await.max_end;
+        if committed.is_some_and(|c| c >= stop_at) {
+            soak.log("the input is nearly read: no more faults");
+            break;
+        }
+        // a random moment: the gap between faults is the schedule, not synchronisation
+        tokio::time::sleep(Duration::from_millis(rng.random_range(500..2500))).await;
+        let fault = pick(&mut rng);
+        match soak.inject(fault, &mut rng, committed).await {
+            Ok(true) => *injected.entry(fault).or_default() += 1,
+            Ok(false) => skipped += 1,
+            Err(e) => {
+                soak.log(&format!("{fault:?} could not be injected: {e:#}"));
+                skipped += 1;
+            }
+        }
+    }
+    soak.proxy.end_outage();
+    soak.proxy.set_delay(Duration::ZERO);
+    let faults_done = Instant::now();
+    // whatever was applied last, the job ends on a good spec
+    soak.job.filter = false;
+    soak.job.checkpoint_interval = "1s";
+    soak.job.readiness_timeout = "60s";
+    soak.apply()?;
+    soak.log("faults done; the last spec applied is a good one");
+    let finished = soak
+        .wait_finished(Duration::from_secs(if args.quick { 400 } else { 1800 }))
+        .await;
+    sampler.abort();
+    let finished_at = Instant::now();
+    let mut t = tracker.lock().await;
+    t.sample(soak.env.s3(), &soak.job.bucket, &soak.job.name)
+        .await?;
+    let stall = t.max_gap(t0, finished_at);
+    let got = scenario::read_output(&soak.env, &soak.job.bucket, &soak.job.name).await?;
+    let want = soak.job.expected();
+    let report = Report::new(&want, &got);
+    let table = render(
+        seed,
+        &injected,
+        skipped,
+        &report,
+        soak.job.count,
+        stall,
+        faults_done - t0,
+        finished_at - t0,
+    );
+    println!("{table}");
+    let out = args
+        .out
+        .unwrap_or_else(|| repo_root().join("target").join("soak").join("soak.txt"));
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("create {}", parent.display()))?;
+    }
+    std::fs::write(&out, &table).with_context(|| format!("write {}", out.display()))?;
+    eprintln!(
+        "written to {}; logs under {}",
+        out.display(),
+        soak.env.run_dir.display()
+    );
+    if let Err(e) = finished {
+        bail!("the job did not finish: {e:#}");
+    }
+    if !report.exactly_once() {
+        bail!("not exactly once: {report:?}");
+    }
+    if injected.values().sum::<usize>() < wanted {
+        bail!(
+            "only {} of {wanted} faults injected before the input ended",
+            injected.values().sum::<usize>()
+        );
+    }
+    Ok(())
+}
+
+impl Soak {
+    async fn start(wanted: usize, t0: Instant) -> Result<Self> {
+        let exe = std::env::current_exe().context("current_exe")?;
+        let dir = exe.parent().context("exe has no folder")?;
+        let opts = EnvOptions::new(
+            &dir.join("process-kubelet").display().to_string(),
+            &dir.join("e2e-echo-server").display().to_string(),
+        );
+        let env = TestEnv::start(opts).await?;
+        let op_ns = env.namespace("operator").await?;
+        scenario::install_operator(
+            &env,
+            &op_ns,
+            &["logFormat=text", "logLevel=info"],
+            Duration::from_secs(120),
+        )
+        .await?;
+        let ns = env.namespace("soak").await?;
+        let bucket = format!("b-{}", ns.trim_start_matches("soak-"));
+        env.bucket_with_secret(&ns, &bucket, SECRET).await?;
+        let upstream: SocketAddr = env
+            .s3()
+            .url
+            .trim_start_matches("http://")
+            .parse()
+            .with_context(|| format!("MinIO address {}", env.s3().url))?;
+        let proxy = FaultProxy::start(upstream)?;
+        let mut job = Job::new("soak", &ns, &bucket);
+        job.parallelism = 2;
+        job.workers = 2;
+        job.keys = 20;
+        job.rate = RATE;
+        // about 6 s of input per fault (a fault takes 3–4 s on average, an apiserver restart
+        // about 10): the faults end before the input does
+        job.count = RATE * 6 * wanted as u64 + 30 * RATE;
+        let client = env.client().await?;
+        let api = sj_api(client.clone(), &ns);
+        let pods = Api::namespaced(client, &ns);
+        let soak = Self {
+            env,
+            proxy,
+            op_ns,
+            job,
+            api,
+            pods,
+            version: 1,
+            t0,
+        };
+        soak.apply()?;
+        Ok(soak)
+    }
+
+    fn log(&self, what: &str) {
+        eprintln!("[{:>7.1}s] {what}", self.t0.elapsed().as_secs_f64());
+    }
+
+    /// `kubectl apply` of the job with its storage behind the proxy.
+    fn apply(&self) -> Result<()> {
+        self.env.kubectl_ok(
+            &["apply", "-n", &self.job.ns, "-f", "-"],
+            Some(&self.job.manifest(&self.proxy.url())),
+        )?;
+        Ok(())
+    }
+
+    async fn get(&self) -> Result<DynamicObject> {
+        Ok(self.api.get(&self.job.name).await?)
+    }
+
+    /// Polls the StreamJob until `done` holds (errors, as while the apiserver restarts, are
+    /// remembered and reported at the deadline).
+    async fn wait(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&DynamicObject) -> bool,
+    ) -> Result<DynamicObject> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let last = match self.get().await {
+                Ok(o) if done(&o) => {
+                    self.log(what);
+                    return Ok(o);
+                }
+                Ok(o) => status(&o).to_string(),
+                Err(e) => format!("{e:#}"),
+            };
+            if Instant::now() > deadline {
+                bail!("not {what} after {timeout:?}: {last}");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn running_with_checkpoint(&self) -> Result<DynamicObject> {
+        self.wait("running with a checkpoint", Duration::from_secs(180), |o| {
+            phase(o) == "Running" && status(o)["lastCheckpoint"]["id"].is_u64()
+        })
+        .await
+    }
+
+    async fn wait_finished(&self, timeout: Duration) -> Result<DynamicObject> {
+        self.wait("finished", timeout, |o| phase(o) == "Finished")
+            .await
+    }
+
+    /// Pods of the job with `role`, not terminating, with a running process.
+    async fn pids(&self, role: &str) -> Result<Vec<(String, u32)>> {
+        let lp = ListParams::default().labels(&format!(
+            "streamjob.io/job={},streamjob.io/role={role}",
+            self.job.name
+        ));
+        Ok(self
+            .pods
+            .list(&lp)
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| Some((p.metadata.name.clone()?, container_pid(&p)?)))
+            .collect())
+    }
+
+    /// The process of the deployed runtime (coordinator) pod.
+    async fn coordinator(&self) -> Result<Option<(String, u32)>> {
+        let o = self.get().await?;
+        let workload = status(&o)["deployment"]["workload"]
+            .as_str()
+            .map(str::to_string);
+        Ok(self
+            .pids("runtime")
+            .await?
+            .into_iter()
+            .find(|(n, _)| Some(n) == workload.as_ref()))
+    }
+
+    async fn operator_pid(&self) -> Result<Option<(String, u32)>> {
+        let pods: Api<Pod> = Api::namespaced(self.env.client().await?, &self.op_ns);
+        Ok(pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .find_map(|p| Some((p.metadata.name.clone()?, container_pid(&p)?))))
+    }
+
+    /// Whether an upgrade, rollback or resume is in flight (one that only waits for the user,
+    /// `Rollback/RolledBack`, is not).
+    async fn upgrading(&self) -> Result<bool> {
+        let o = self.get().await?;
+        let step = status(&o)["upgrade"]["step"].as_str().unwrap_or("");
+        Ok(!step.is_empty() && !step.ends_with("/RolledBack"))
+    }
+
+    /// Injects one fault; `Ok(false)` when it does not apply now (no such process, an upgrade
+    /// in flight).
+    async fn inject(
+        &mut self,
+        fault: Fault,
+        rng: &mut StdRng,
+        committed: Option<i64>,
+    ) -> Result<bool> {
+        match fault {
+            Fault::KillRuntime | Fault::KillWorker | Fault::KillOperator => {
+                let target = match fault {
+                    Fault::KillRuntime => self.coordinator().await?,
+                    Fault::KillWorker => {
+                        let mut workers = self.pids("worker").await?;
+                        if workers.is_empty() {
+                            None
+                        } else {
+                            let i = rng.random_range(0..workers.len());
+                            Some(workers.swap_remove(i))
+                        }
+                    }
+                    _ => self.operator_pid().await?,
+                };
+                let Some((pod, pid)) = target else {
+                    return Ok(false);
+                };
+                signal(pid, Signal::SIGKILL)?;
+                self.log(&format!("{fault:?}: {pod} (pid {pid})"));
+            }
+            Fault::PauseRuntime => {
+                let Some((pod, pid)) = self.coordinator().await? else {
+                    return Ok(false);
+                };
+                let pause = Duration::from_millis(rng.random_range(1000..4000));
+                signal(pid, Signal::SIGSTOP)?;
+                tokio::time::sleep(pause).await;
+                // gone meanwhile (deleted by an upgrade) is fine
+                let _ = signal(pid, Signal::SIGCONT);
+                self.log(&format!("{fault:?}: {pod} (pid {pid}) for {pause:?}"));
+            }
+            Fault::ImageBump | Fault::FailingVersion => {
+                if self.upgrading().await? {
+                    return Ok(false);
+                }
+                self.version += 1;
+                self.job.image = format!("streamjob/runtime:v{}", self.version);
+                self.job.strategy = if self.version.is_multiple_of(2) {
+                    "Shadow"
+                } else {
+                    "InPlace"
+                };
+                if fault == Fault::FailingVersion {
+                    let Some(end) = committed else {
+                        return Ok(false);
+                    };
+                    let poison = u64::try_from(end - START_MS)? + 10 * RATE;
+                    self.job.filter = true;
+                    self.job.filter_sql = format!(
+                        "CASE WHEN id > {poison} THEN 10 / (CAST(id AS BIGINT) - CAST(id AS BIGINT)) ELSE 1 END > 0"
+                    );
+                    self.job.checkpoint_interval = "30s";
+                    self.job.readiness_timeout = "40s";
+                    self.apply()?;
+                    self.log(&format!(
+                        "{fault:?}: {} ({}) failing at record {}",
+                        self.job.image,
+                        self.job.strategy,
+                        poison + 1
+                    ));
+                    // the next spec is a good one again
+                    self.job.filter = false;
+                    self.job.checkpoint_interval = "1s";
+                    self.job.readiness_timeout = "60s";
+                } else {
+                    self.apply()?;
+                    self.log(&format!(
+                        "{fault:?}: {} ({})",
+                        self.job.image, self.job.strategy
+                    ));
+                }
+            }
+            Fault::StoreOutage => {
+                let outage = Duration::from_millis(rng.random_range(500..8000));
+                self.proxy.start_outage();
+                tokio::time::sleep(outage).await;
+                self.proxy.end_outage();
+                self.log(&format!("{fault:?}: {outage:?}"));
+            }
+            Fault::ApiServerRestart => {
+                let away = self.env.restart_apiserver().await?;
+                self.log(&format!("{fault:?}: away {away:?}"));
+            }
+            Fault::StoreSlowdown => {
+                let delay = Duration::from_millis(rng.random_range(20..200));
+                let lasting = Duration::from_millis(rng.random_range(2000..8000));
+                self.proxy.set_delay(delay);
+                tokio::time::sleep(lasting).await;
+                self.proxy.set_delay(Duration::ZERO);
+                self.log(&format!("{fault:?}: {delay:?} per chunk for {lasting:?}"));
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn signal(pid: u32, sig: Signal) -> Result<()> {
+    let pid = i32::try_from(pid).map_err(|_| anyhow!("pid {pid}"))?;
+    kill(Pid::from_raw(pid), sig).with_context(|| format!("{sig:?} to {pid}"))
+}
+
+/// What the output holds against what the generator's definition says it must.
+#[derive(Debug, Default)]
+struct Report {
+    aggregates: usize,
+    read: usize,
+    missing: usize,
+    duplicated: usize,
+    wrong: usize,
+    extra: usize,
+    records_expected: i64,
+    /// Records counted in the output (duplicates included).
+    records_read: i64,
+}
+
+impl Report {
+    fn new(want: &scenario::Aggregates, got: &scenario::Output) -> Self {
+        let mut r = Report {
+            aggregates: want.len(),
+            read: got.len(),
+            records_expected: want.values().map(|(c, _)| c).sum(),
+            records_read: got.values().map(|((c, _), n)| c * *n as i64).sum(),
+            ..Default::default()
+        };
+        for (k, v) in want {
+            match got.get(k) {
+                None => r.missing += 1,
+                Some((g, n)) => {
+                    if g != v {
+                        r.wrong += 1;
+                    }
+                    r.duplicated += n.saturating_sub(1);
+                }
+            }
+        }
+        r.extra = got.keys().filter(|k| !want.contains_key(*k)).count();
+        r
+    }
+
+    fn exactly_once(&self) -> bool {
+        self.missing == 0
+            && self.duplicated == 0
+            && self.wrong == 0
+            && self.extra == 0
+            && self.records_read == self.records_expected
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn render(
+    seed: u64,
+    injected: &BTreeMap<Fault, usize>,
+    skipped: usize,
+    r: &Report,
+    count: u64,
+    stall: Duration,
+    faults_for: Duration,
+    total: Duration,
+) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "## Soak (seed {seed})\n");
+    let _ = writeln!(t, "| fault | injected |\n|---|---:|");
+    for (kind, n) in injected {
+        let _ = writeln!(t, "| {kind:?} | {n} |");
+    }
+    let total_faults: usize = injected.values().sum();
+    let _ = writeln!(
+        t,
+        "| **all** | **{total_faults}** (over {:.0} s; {skipped} not applicable when drawn) |\n",
+        faults_for.as_secs_f64()
+    );
+    let _ = writeln!(t, "| output | value |\n|---|---:|");
+    let _ = writeln!(t, "| records generated | {count} |");
+    let _ = writeln!(
+        t,
+        "| records expected in aggregates | {} |",
+        r.records_expected
+    );
+    let _ = writeln!(
+        t,
+        "| records in committed aggregates | {} |",
+        r.records_read
+    );
+    let _ = writeln!(t, "| aggregates expected | {} |", r.aggregates);
+    let _ = writeln!(t, "| aggregates read | {} |", r.read);
+    let _ = writeln!(t, "| missing | {} |", r.missing);
+    let _ = writeln!(t, "| duplicated | {} |", r.duplicated);
+    let _ = writeln!(t, "| wrong value | {} |", r.wrong);
+    let _ = writeln!(t, "| not expected | {} |", r.extra);
+    let _ = writeln!(t, "| longest output stall | {:.1} s |", stall.as_secs_f64());
+    let _ = writeln!(t, "| run time | {:.0} s |", total.as_secs_f64());
+    let _ = writeln!(
+        t,
+        "\nresult: {}",
+        if r.exactly_once() {
+            "PASS (exactly once)"
+        } else {
+            "FAIL"
+        }
+    );
+    t
+}
