@@ -121,11 +121,17 @@ pub struct Job {
     pub window: bool,
     pub allow_non_restored: bool,
     pub strategy: &'static str,
+    /// `spec.upgrade.mode`: `savepoint` (default), `last-state` or `stateless`.
+    pub mode: &'static str,
     pub state: &'static str,
     pub trigger_nonce: Option<i64>,
     pub dispose_on_delete: bool,
     pub checkpoint_interval: &'static str,
+    /// `spec.checkpoints.timeout` (default: the API's).
+    pub checkpoint_timeout: Option<&'static str>,
     pub readiness_timeout: &'static str,
+    /// The S3 endpoint the job's pods use (default: the environment's MinIO), e.g. a fault proxy.
+    pub s3_endpoint: Option<String>,
     /// `spec.workers` (0: the runtime pod runs every subtask).
     pub workers: u32,
     /// Read the generator's records from Kafka instead of generating them (see [`KafkaInput`]).
@@ -169,11 +175,14 @@ impl Job {
             window: true,
             allow_non_restored: false,
             strategy: "InPlace",
+            mode: "savepoint",
             state: "running",
             trigger_nonce: None,
             dispose_on_delete: false,
             checkpoint_interval: "1s",
+            checkpoint_timeout: None,
             readiness_timeout: "60s",
+            s3_endpoint: None,
             workers: 0,
             kafka: None,
         }
@@ -191,6 +200,7 @@ impl Job {
             seed,
             rate,
             strategy,
+            mode,
             state,
             checkpoint_interval,
             readiness_timeout,
@@ -242,12 +252,13 @@ spec:
   maxParallelism: 16{workers}
   state: {state}
   upgrade:
+    mode: {mode}
     strategy: {strategy}
     allowNonRestoredState: {anr}
     readinessTimeout: {readiness_timeout}
     savepointTimeout: 60s
   checkpoints:
-    interval: {checkpoint_interval}
+    interval: {checkpoint_interval}{checkpoint_timeout}
     dir: s3://{bucket}/checkpoints/{name}
   savepoints:
     dir: s3://{bucket}/savepoints/{name}
@@ -262,6 +273,10 @@ spec:
   pipeline:
 {steps}"#,
             anr = self.allow_non_restored,
+            checkpoint_timeout = self
+                .checkpoint_timeout
+                .map(|t| format!("\n    timeout: {t}"))
+                .unwrap_or_default(),
             dispose = self.dispose_on_delete,
             workers = if self.workers > 0 {
                 format!("\n  workers: {}", self.workers)
@@ -275,7 +290,7 @@ spec:
     pub fn apply(&self, env: &TestEnv) -> Result<String> {
         env.kubectl_ok(
             &["apply", "-n", &self.ns, "-f", "-"],
-            Some(&self.manifest(&env.s3().url)),
+            Some(&self.manifest(self.s3_endpoint.as_deref().unwrap_or(&env.s3().url))),
         )
     }
 

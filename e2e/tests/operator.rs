@@ -18,6 +18,7 @@ use streamjob_e2e::fixtures::{self, EnvOptions, TestEnv, wait_deleted};
 use streamjob_e2e::kafka::Kafka;
 use streamjob_e2e::kubelet::ImageMapping;
 use streamjob_e2e::process::Watchdog;
+use streamjob_e2e::proxy::FaultProxy;
 use streamjob_e2e::scenario::{
     Job, KafkaInput, SECRET, START_MS, UploadMarker, WINDOW_MS, check_exactly_once, condition,
     condition_true, container_pid, deployed_hash, finished_parts, generator_json, generator_ts,
@@ -278,15 +279,19 @@ impl Ctx {
     }
 }
 
-/// What the runtime container of `pod` wrote to stderr so far.
-fn runtime_log(env: &TestEnv, pod: &Pod) -> String {
-    let dir = env.kubelet_config.run_dir.join(format!(
+/// The process kubelet's folder of `pod` (logs, exit codes).
+fn pod_dir(env: &TestEnv, pod: &Pod) -> std::path::PathBuf {
+    env.kubelet_config.run_dir.join(format!(
         "{}_{}_{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.name.as_deref().unwrap_or_default(),
         pod.metadata.uid.as_deref().unwrap_or_default()
-    ));
-    std::fs::read_to_string(dir.join("runtime.stderr.log")).unwrap_or_default()
+    ))
+}
+
+/// What the runtime container of `pod` wrote to stderr so far.
+fn runtime_log(env: &TestEnv, pod: &Pod) -> String {
+    std::fs::read_to_string(pod_dir(env, pod).join("runtime.stderr.log")).unwrap_or_default()
 }
 
 /// The id of the newest checkpoint the runtime pod's log reports completed (0: none).
@@ -497,15 +502,26 @@ async fn e_crashing_version_is_rolled_back() {
     ctx.log(&format!("phases: {:?}", ctx.seen()));
 }
 
+/// How the new version of [`rolled_back_after_output`] fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LateFailure {
+    /// A filter divides by zero on the first record past a point ten seconds of input after
+    /// what the old version had committed (fixed when the new spec is applied, so the new
+    /// version always reaches it with output behind it): it crashes mid-stream and restarts on
+    /// the same record until the operator rolls it back.
+    Crash,
+    /// It runs and writes output but never completes a checkpoint: its store is behind a proxy
+    /// that delays every chunk by 200 ms, its `checkpoints.timeout` is 100 ms, so every
+    /// checkpoint expires and `readinessTimeout` (20 s) rolls it back.
+    NoCheckpoint,
+}
+
 /// Rollback after output (issue #19): a new version restores the savepoint, processes records,
-/// uploads parts of in-progress and pending files, and then fails before its first checkpoint —
-/// a filter that divides by zero on the first record past a point ten seconds of input after
-/// what the old version had committed (the poison point is fixed when the new spec is applied,
-/// so the new version always reaches it with output behind it). It restarts on the same record
-/// until the operator rolls it back; the old spec restores the same savepoint and finishes.
-/// Nothing the failed version wrote may become visible and every upload it started must be
-/// aborted: every aggregate once, no upload left open.
-async fn rolled_back_after_output(mut ctx: Ctx) {
+/// uploads parts of in-progress and pending files, and then fails before its first checkpoint
+/// ([`LateFailure`]). The old spec restores the same savepoint and finishes. Nothing the failed
+/// version wrote may become visible and every upload it started must be aborted: every
+/// aggregate once, no upload left open.
+async fn rolled_back_after_output(mut ctx: Ctx, failure: LateFailure) {
     let env = ctx.env;
     let strategy = ctx.job.strategy;
     ctx.job.count = 80_000;
@@ -547,18 +563,39 @@ async fn rolled_back_after_output(mut ctx: Ctx) {
     // where the savepoint the upgrade is about to take can be
     let poison = u64::try_from(committed_to - START_MS).unwrap() + 10 * ctx.job.rate;
     ctx.log(&format!(
-        "committed up to record {}; poison at {}",
-        committed_to - START_MS,
-        poison + 1
+        "committed up to record {}",
+        committed_to - START_MS
     ));
     ctx.job.image = "streamjob/runtime:v2".into();
-    ctx.job.filter = true;
-    ctx.job.filter_sql = format!(
-        "CASE WHEN id > {poison} THEN 10 / (CAST(id AS BIGINT) - CAST(id AS BIGINT)) ELSE 1 END > 0"
-    );
-    // no checkpoint of the new version before it reaches the poison
-    ctx.job.checkpoint_interval = "30s";
-    ctx.job.readiness_timeout = "40s";
+    // kept until the end: the failed version's pods talk to it
+    let mut slow_store = None;
+    match failure {
+        LateFailure::Crash => {
+            ctx.log(&format!("poison at record {}", poison + 1));
+            ctx.job.filter = true;
+            ctx.job.filter_sql = format!(
+                "CASE WHEN id > {poison} THEN 10 / (CAST(id AS BIGINT) - CAST(id AS BIGINT)) ELSE 1 END > 0"
+            );
+            // no checkpoint of the new version before it reaches the poison
+            ctx.job.checkpoint_interval = "30s";
+            ctx.job.readiness_timeout = "40s";
+        }
+        LateFailure::NoCheckpoint => {
+            let upstream = env
+                .s3()
+                .url
+                .trim_start_matches("http://")
+                .parse()
+                .expect("MinIO address");
+            let proxy = FaultProxy::start(upstream).expect("proxy");
+            proxy.set_delay(Duration::from_millis(200));
+            ctx.job.s3_endpoint = Some(proxy.url());
+            ctx.job.checkpoint_timeout = Some("100ms");
+            ctx.job.readiness_timeout = "20s";
+            slow_store = Some(proxy);
+        }
+    }
+    ctx.log(&format!("new version fails by {failure:?}"));
     ctx.apply();
 
     let restoring = format!("{strategy}/Restoring");
@@ -599,6 +636,13 @@ async fn rolled_back_after_output(mut ctx: Ctx) {
         condition(&rolled_back, "RolledBack").unwrap()["message"],
         new_version.len()
     ));
+    if failure == LateFailure::NoCheckpoint {
+        let why = condition(&rolled_back, "RolledBack").unwrap()["message"].to_string();
+        assert!(
+            why.contains("no checkpoint completed within readinessTimeout"),
+            "rolled back for another reason than its missing checkpoint: {why}"
+        );
+    }
     assert_started_from_recorded_savepoint(&rolled_back);
     assert_eq!(
         status(&rolled_back)["deployment"]["image"],
@@ -624,6 +668,7 @@ async fn rolled_back_after_output(mut ctx: Ctx) {
     }
     let left = upload_markers(env, &bucket, &name).await.unwrap();
     assert!(left.is_empty(), "upload markers left: {left:?}");
+    drop(slow_store);
     ctx.log(&format!("phases: {:?}", ctx.seen()));
 }
 
@@ -632,7 +677,7 @@ async fn rolled_back_after_output(mut ctx: Ctx) {
 async fn o_version_failing_after_output_is_rolled_back_in_place() {
     let env = env().await;
     let ctx = Ctx::new(env, new_job(env, "fail-late").await).await;
-    rolled_back_after_output(ctx).await;
+    rolled_back_after_output(ctx, LateFailure::Crash).await;
 }
 
 /// p. Rollback after output with `strategy: Shadow` and `spec.workers: 2` (the failing version
@@ -645,7 +690,157 @@ async fn p_version_failing_after_output_is_rolled_back_from_shadow_with_workers(
     job.parallelism = 2;
     job.workers = 2;
     let ctx = Ctx::new(env, job).await;
-    rolled_back_after_output(ctx).await;
+    rolled_back_after_output(ctx, LateFailure::Crash).await;
+}
+
+/// r. Rollback after output of a version that runs but never completes a checkpoint, with
+/// `strategy: Shadow` (the warm old pod restores the savepoint at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_version_never_checkpointing_is_rolled_back_from_shadow() {
+    let env = env().await;
+    let mut job = new_job(env, "no-checkpoint").await;
+    job.strategy = "Shadow";
+    job.parallelism = 2;
+    let ctx = Ctx::new(env, job).await;
+    rolled_back_after_output(ctx, LateFailure::NoCheckpoint).await;
+}
+
+/// q. A zombie of the old version cannot commit (issue #19, DESIGN §8). The node of the runtime
+/// pod is cut off (the process kubelet stops acting on the pod, as behind a network partition)
+/// and its process is frozen with SIGSTOP. A `last-state` image bump cannot take a savepoint,
+/// deletes the old pod — which stays Terminating, its node does not answer — and, once an admin
+/// force-deletes it, starts the new version from the latest checkpoint with a newer epoch.
+/// When the new version has committed checkpoints of its own, the old process is resumed: it
+/// must stop at its next commit (exit code 4, superseded) without committing anything, and the
+/// output stays exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q_zombie_of_an_old_version_cannot_commit() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let env = env().await;
+    let mut job = new_job(env, "zombie").await;
+    job.mode = "last-state";
+    job.count = 60_000;
+    job.keys = 10;
+    let mut ctx = Ctx::new(env, job).await;
+    ctx.apply();
+    let before = ctx.running_with_checkpoint().await;
+    let old_hash = deployed_hash(&before);
+    let old = ctx.runtime_pods().await.pop().expect("the runtime pod");
+    let old_name = old.name_any();
+    let pid = container_pid(&old).expect("the runtime process");
+    let dir = pod_dir(env, &old);
+    env.kubectl_ok(
+        &[
+            "annotate",
+            "pod",
+            "-n",
+            &ctx.job.ns,
+            &old_name,
+            &format!("{}=true", streamjob_e2e::kubelet::pod::PARTITIONED),
+        ],
+        None,
+    )
+    .expect("annotate the pod");
+    poll_until(
+        "the kubelet lets go of the pod",
+        TIMEOUT,
+        Duration::from_millis(100),
+        || async { Ok(dir.join("partitioned").exists().then_some(())) },
+    )
+    .await
+    .unwrap();
+    let zombie = Pid::from_raw(i32::try_from(pid).unwrap());
+    kill(zombie, Signal::SIGSTOP).expect("SIGSTOP");
+    ctx.log(&format!("{old_name} (pid {pid}) cut off and frozen"));
+
+    ctx.job.image = "streamjob/runtime:v2".into();
+    ctx.apply();
+    // the old pod is deleted but its node does not answer: an admin force-deletes it
+    let pods = ctx.pods.clone();
+    poll_until(
+        "the old pod deleted and stuck terminating",
+        TIMEOUT,
+        Duration::from_millis(200),
+        || async {
+            let p = pods.get_opt(&old_name).await?;
+            Ok(p.is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+                .then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        pid_alive(pid),
+        "the cut-off process was stopped by its deletion"
+    );
+    let stuck = ctx.get().await;
+    assert_eq!(
+        status(&stuck)["upgrade"]["step"],
+        "InPlace/Stopped",
+        "the new version must wait for the old pod: {}",
+        status(&stuck)
+    );
+    env.kubectl_ok(
+        &[
+            "delete",
+            "pod",
+            "-n",
+            &ctx.job.ns,
+            &old_name,
+            "--grace-period=0",
+            "--force",
+        ],
+        None,
+    )
+    .expect("force delete");
+    ctx.log("old pod force-deleted; its process still runs (frozen)");
+
+    // the new version runs from the latest checkpoint and commits checkpoints of its own
+    let after = ctx
+        .wait("the new version committed", TIMEOUT, |o| {
+            phase(o) == "Running"
+                && status(o)["upgrade"].is_null()
+                && deployed_hash(o) != old_hash
+                && status(o)["lastStableSpecHash"] == status(o)["deployment"]["specHash"]
+        })
+        .await;
+    assert_newer_epoch(&before, &after);
+    assert_eq!(status(&after)["deployment"]["startedFrom"], "checkpoint");
+    let new = ctx.runtime_pods().await.pop().expect("the new runtime pod");
+    let committed = latest_checkpoint_in_log(env, &new);
+    assert!(committed > 0, "the new version completed no checkpoint");
+    assert!(pid_alive(pid), "the zombie is gone before it was resumed");
+
+    // resumed: it must notice the newer epoch at its next commit and stop without committing
+    kill(zombie, Signal::SIGCONT).expect("SIGCONT");
+    let code = poll_until(
+        "the zombie stops",
+        TIMEOUT,
+        Duration::from_millis(200),
+        || async { Ok(std::fs::read_to_string(dir.join("runtime.exit")).ok()) },
+    )
+    .await
+    .unwrap();
+    let log = std::fs::read_to_string(dir.join("runtime.stderr.log")).unwrap_or_default();
+    let last = log
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    ctx.log(&format!("zombie exited with {code}: {last}"));
+    assert_eq!(
+        code.trim(),
+        "4",
+        "the zombie must stop as superseded: {last}"
+    );
+    assert!(
+        log.contains("superseded"),
+        "the zombie's log does not say it was superseded:\n{last}"
+    );
+    ctx.finished().await;
+    ctx.assert_exactly_once().await;
+    ctx.log(&format!("phases: {:?}", ctx.seen()));
 }
 
 /// f. suspend (stop with a savepoint, no pods) and resume from that savepoint.
@@ -940,7 +1135,37 @@ async fn j_shadow_upgrade() {
         "no standby step: {seen:?}"
     );
     only_the_promoted_pod_left(&ctx, &o).await;
-    ctx.finished().await;
+    // The promoted pod was created as a standby: its container, restarted after a SIGKILL,
+    // comes back waiting for a start (found by the soak, where the job then stayed stopped for
+    // good). The operator replaces it and the job goes on from its latest checkpoint.
+    let promoted = ctx.coordinator(&o).await;
+    let pid = container_pid(&promoted).expect("pid of the promoted pod");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL");
+    ctx.log(&format!(
+        "SIGKILL to the promoted pod {}",
+        promoted.name_any()
+    ));
+    // the replacement keeps the name (it is the same deployment), not the uid
+    let (pods, name, uid) = (ctx.pods.clone(), promoted.name_any(), promoted.uid());
+    poll_until(
+        "the promoted pod replaced",
+        TIMEOUT,
+        Duration::from_millis(200),
+        || async {
+            let p = pods.get_opt(&name).await?;
+            Ok(p.filter(|p| p.uid() != uid && container_pid(p).is_some())
+                .map(|_| ()))
+        },
+    )
+    .await
+    .unwrap();
+    ctx.log("replaced; it resumes from the latest checkpoint");
+    let done = ctx.finished().await;
+    assert_eq!(status(&done)["deployment"]["image"], "streamjob/runtime:v2");
     ctx.assert_exactly_once().await;
     ctx.log(&format!("phases: {:?}", ctx.seen()));
 }

@@ -6,9 +6,45 @@
 use std::future::Future;
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
+
+/// The most the operator reads of one control API answer. A status is a few KiB; a runtime that
+/// sends more is broken or hostile, and one operator serves every job of the cluster.
+pub const MAX_ANSWER_BYTES: usize = 1 << 20;
+/// The most read of an error answer (only its start is quoted).
+const MAX_ERROR_BYTES: usize = 4 << 10;
+
+/// The body of `resp`, refused as soon as it exceeds `max` bytes (announced or sent).
+async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>> {
+    let too_large = || Error::Control(format!("the runtime's answer exceeds {max} bytes"));
+    if resp
+        .content_length()
+        .is_some_and(|n| n > u64::try_from(max).unwrap_or(u64::MAX))
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| Error::Control(format!("reading the answer: {e}")))?
+    {
+        if body.len() + chunk.len() > max {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The JSON body of `resp` (at most [`MAX_ANSWER_BYTES`]); `what` names the call in errors.
+async fn read_json<T: DeserializeOwned>(resp: reqwest::Response, what: &str) -> Result<T> {
+    let body = read_capped(resp, MAX_ANSWER_BYTES).await?;
+    serde_json::from_slice(&body).map_err(|e| Error::Control(format!("bad {what} body: {e}")))
+}
 
 /// Run state reported by `GET /v1/status`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,7 +294,11 @@ impl HttpControl {
         if status.is_success() {
             Ok(resp)
         } else {
-            let body = resp.text().await.unwrap_or_default();
+            // a body too large to quote is quoted by its size
+            let body = match read_capped(resp, MAX_ERROR_BYTES).await {
+                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                Err(e) => e.to_string(),
+            };
             Err(Error::Control(format!(
                 "runtime answered {status}: {}",
                 body.chars().take(500).collect::<String>()
@@ -276,9 +316,7 @@ impl ControlApi for HttpControl {
                     .bearer_auth(&ep.token),
             )
             .await?;
-        resp.json()
-            .await
-            .map_err(|e| Error::Control(format!("bad /v1/status body: {e}")))
+        read_json(resp, "/v1/status").await
     }
 
     async fn trigger_savepoint(&self, ep: &Endpoint, req: &SavepointRequest) -> Result<String> {
@@ -294,10 +332,7 @@ impl ControlApi for HttpControl {
                     .json(req),
             )
             .await?;
-        let accepted: Accepted = resp
-            .json()
-            .await
-            .map_err(|e| Error::Control(format!("bad /v1/savepoints body: {e}")))?;
+        let accepted: Accepted = read_json(resp, "/v1/savepoints").await?;
         Ok(match accepted.id {
             serde_json::Value::String(s) => s,
             other => other.to_string(),
@@ -312,10 +347,7 @@ impl ControlApi for HttpControl {
                     .bearer_auth(&ep.token),
             )
             .await?;
-        let wire: SavepointStateWire = resp
-            .json()
-            .await
-            .map_err(|e| Error::Control(format!("bad /v1/savepoints/{id} body: {e}")))?;
+        let wire: SavepointStateWire = read_json(resp, &format!("/v1/savepoints/{id}")).await?;
         wire.into_state()
     }
 
@@ -404,6 +436,62 @@ mod tests {
             parse(r#"{"state":"failed","error":"x"}"#).unwrap(),
             SavepointState::Failed { error: "x".into() }
         );
+    }
+
+    /// A one-shot HTTP server on loopback answering `head` and then `body_len` bytes of `fill`.
+    async fn answer_once(head: &'static str, fill: u8, body_len: usize) -> Endpoint {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut req = [0u8; 4096];
+            let _ = s.read(&mut req).await;
+            let _ = s.write_all(head.as_bytes()).await;
+            let chunk = vec![fill; 64 << 10];
+            let mut left = body_len;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                if s.write_all(&chunk[..n]).await.is_err() {
+                    return;
+                }
+                left -= n;
+            }
+        });
+        Endpoint::new("127.0.0.1", port, "t")
+    }
+
+    #[tokio::test]
+    async fn answers_are_read_with_a_byte_limit() {
+        let control = HttpControl::new(Duration::from_secs(10)).unwrap();
+        // sent without a length (read until closed): cut at the limit
+        let ep = answer_once(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
+            b' ',
+            3 * MAX_ANSWER_BYTES,
+        )
+        .await;
+        let e = control.status(&ep).await.unwrap_err();
+        assert!(e.to_string().contains("exceeds 1048576 bytes"), "{e}");
+        // announced: refused before reading
+        let ep = answer_once(
+            "HTTP/1.1 200 OK\r\nContent-Length: 999999999\r\n\r\n",
+            b' ',
+            0,
+        )
+        .await;
+        let e = control.status(&ep).await.unwrap_err();
+        assert!(e.to_string().contains("exceeds 1048576 bytes"), "{e}");
+        // an error answer is quoted by its start only
+        let ep = answer_once(
+            "HTTP/1.1 500 Internal Server Error\r\nConnection: close\r\n\r\n",
+            b'x',
+            10 << 20,
+        )
+        .await;
+        let e = control.status(&ep).await.unwrap_err().to_string();
+        assert!(e.contains("runtime answered 500"), "{e}");
+        assert!(e.len() < 1000, "{} bytes of error", e.len());
     }
 
     #[test]

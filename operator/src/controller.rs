@@ -636,14 +636,33 @@ async fn cleanup<C: ControlApi>(
     Ok(Requeue::await_change())
 }
 
+/// The most the operator reads of a pod's log (a plan report, a savepoint path): one tenant's
+/// pod must not make the operator that serves every namespace hold its whole log.
+const LOG_LIMIT_BYTES: i64 = 64 << 10;
+
+/// The token a job's token Secret holds: its `token` key, non-empty. Anything else is refused
+/// loudly — an empty token would talk to runtime pods that accept anyone.
+fn token_in(secret: &Secret, name: &str) -> Result<String> {
+    let token = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(TOKEN_KEY))
+        .map(|t| String::from_utf8_lossy(&t.0).trim().to_string())
+        .unwrap_or_default();
+    if token.is_empty() {
+        return Err(Error::Object(format!(
+            "Secret {name} has no non-empty `{TOKEN_KEY}` key: delete the Secret and the operator creates a new token (pods read it when they start)"
+        )));
+    }
+    Ok(token)
+}
+
 /// The job's control token: read from its Secret, created with a random token if missing.
 async fn ensure_token<C: ControlApi>(ctx: &Context<C>, owner: &Owner) -> Result<String> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let name = decide::token_secret_name(&owner.name);
-    if let Some(s) = secrets.get_opt(&name).await?
-        && let Some(t) = s.data.as_ref().and_then(|d| d.get(TOKEN_KEY))
-    {
-        return Ok(String::from_utf8_lossy(&t.0).into_owned());
+    if let Some(s) = secrets.get_opt(&name).await? {
+        return token_in(&s, &name);
     }
     let token: String = rand::rng()
         .sample_iter(&Alphanumeric)
@@ -659,15 +678,7 @@ async fn ensure_token<C: ControlApi>(ctx: &Context<C>, owner: &Owner) -> Result<
         .await
     {
         Ok(_) => Ok(token),
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            let s = secrets.get(&name).await?;
-            Ok(s.data
-                .and_then(|d| {
-                    d.get(TOKEN_KEY)
-                        .map(|t| String::from_utf8_lossy(&t.0).into_owned())
-                })
-                .unwrap_or_default())
-        }
+        Err(kube::Error::Api(e)) if e.code == 409 => token_in(&secrets.get(&name).await?, &name),
         Err(e) => Err(e.into()),
     }
 }
@@ -749,6 +760,7 @@ async fn observe<C: ControlApi>(
             {
                 let params = LogParams {
                     tail_lines: Some(50),
+                    limit_bytes: Some(LOG_LIMIT_BYTES),
                     ..Default::default()
                 };
                 if let Ok(log) = pods_api.logs(&p.name, &params).await {
@@ -774,6 +786,7 @@ async fn observe<C: ControlApi>(
     {
         let params = LogParams {
             tail_lines: Some(50),
+            limit_bytes: Some(LOG_LIMIT_BYTES),
             ..Default::default()
         };
         if let Ok(log) = pods_api.logs(&p.name, &params).await {
@@ -944,6 +957,34 @@ mod tests {
         let mut newer = job(serde_json::Value::Null, serde_json::json!({}));
         newer.metadata.generation = Some(4);
         assert_ne!(trigger_digest(&newer), fresh);
+    }
+
+    #[test]
+    fn a_token_secret_without_a_token_is_refused() {
+        let secret = |data: serde_json::Value| -> Secret {
+            serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "j-control-token"}, "data": data}),
+            )
+            .unwrap()
+        };
+        // base64 of "abc" and of "  "
+        assert_eq!(
+            token_in(&secret(serde_json::json!({"token": "YWJj"})), "s").unwrap(),
+            "abc"
+        );
+        for data in [
+            serde_json::json!({}),
+            serde_json::json!({"token": ""}),
+            serde_json::json!({"token": "ICA="}),
+            serde_json::json!({"other": "YWJj"}),
+        ] {
+            let e = token_in(&secret(data.clone()), "j-control-token").unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("Secret j-control-token has no non-empty `token` key"),
+                "{data}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -368,7 +368,11 @@ pub enum PlanResult {
     Running,
     Compatible,
     Incompatible(String),
+    /// The new spec itself is wrong (exit 2: manifest, unsupported, a rewind): retrying cannot help.
     Error(String),
+    /// The plan could not be made (exit 1 or killed: a store error, a checkpoint that retention
+    /// removed meanwhile): made again against the latest state until `readinessTimeout`.
+    Transient(String),
 }
 
 #[derive(Deserialize)]
@@ -424,14 +428,21 @@ pub fn plan_result(pod: &PodObs) -> PlanResult {
                 });
             PlanResult::Incompatible(reasons)
         }
-        other => PlanResult::Error(format!(
-            "plan pod {} exited {other}{}",
-            pod.name,
-            pod.message
-                .as_deref()
-                .map(|m| format!(": {}", short(m)))
-                .unwrap_or_default()
-        )),
+        other => {
+            let why = format!(
+                "plan pod {} exited {other}{}",
+                pod.name,
+                pod.message
+                    .as_deref()
+                    .map(|m| format!(": {}", short(m)))
+                    .unwrap_or_default()
+            );
+            if other == 2 {
+                PlanResult::Error(why)
+            } else {
+                PlanResult::Transient(why)
+            }
+        }
     }
 }
 
@@ -1319,7 +1330,39 @@ impl Ctx<'_> {
                             self.ready =
                                 Some((false, "Finished".into(), "the job has finished".into()));
                         }
-                        RunState::Failed | RunState::Restarting => {
+                        // A pod created as a warm standby (a promoted shadow, a warm rollback
+                        // target) waits for a start whenever it is not running its job: after
+                        // the job failed (a runtime started otherwise exits, and its container
+                        // restarts and resumes), and after its container restarted (it comes
+                        // back with `--standby`). Only an upgrade sends a start; in a steady
+                        // state nothing would, and the job would stay stopped for good (found by
+                        // the soak). Replace the pod: the new one resumes from the latest
+                        // checkpoint.
+                        RunState::Failed | RunState::Standby => {
+                            let (reason, what) = if js.state == RunState::Failed {
+                                (
+                                    "JobFailed",
+                                    format!(
+                                        "the job failed after {} restarts ({})",
+                                        js.restarts,
+                                        short(js.failure.as_deref().unwrap_or("no reason"))
+                                    ),
+                                )
+                            } else {
+                                (
+                                    "StandbyRestarted",
+                                    "its container restarted into standby".to_string(),
+                                )
+                            };
+                            let msg = format!(
+                                "runtime pod {active}: {what}; replacing the pod, it resumes from the latest checkpoint"
+                            );
+                            self.delete_pod(&active);
+                            self.note(true, reason, msg.clone());
+                            self.degraded = Some((reason.into(), msg));
+                            self.requeue = FAST;
+                        }
+                        RunState::Restarting => {
                             let why = js.failure.clone().unwrap_or_else(|| "no reason".into());
                             self.degraded = Some((
                                 "JobRestarting".into(),
@@ -1694,8 +1737,12 @@ impl Ctx<'_> {
         }
         let target = self.upgrade_spec().unwrap_or_else(|| self.spec.clone());
         self.ensure_config(&up.to, &target);
-        let result = self.obs.pod(&plan).map(plan_result);
         self.requeue = FAST;
+        // a plan pod on its way out is waited for (a retry creates one of the same name)
+        if self.obs.pod(&plan).is_some_and(|p| p.terminating) {
+            return;
+        }
+        let result = self.obs.pod(&plan).map(plan_result);
         match result {
             None => {
                 let from = up.savepoint.clone().or_else(|| self.latest_state_path());
@@ -1733,6 +1780,24 @@ impl Ctx<'_> {
             Some(PlanResult::Error(why)) => {
                 self.delete_pod(&plan);
                 self.block(s, "PlanFailed", why);
+            }
+            Some(PlanResult::Transient(why))
+                if self.step_age() <= Self::readiness_timeout(&target) =>
+            {
+                // gone, the next decision plans again against the state recorded by then
+                self.delete_pod(&plan);
+                self.note(true, "PlanRetried", format!("{why}; planning again"));
+            }
+            Some(PlanResult::Transient(why)) => {
+                self.delete_pod(&plan);
+                self.block(
+                    s,
+                    "PlanFailed",
+                    format!(
+                        "{why} (tried again for readinessTimeout {})",
+                        target.upgrade.readiness_timeout
+                    ),
+                );
             }
         }
     }

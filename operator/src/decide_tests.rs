@@ -252,8 +252,12 @@ fn wal_invariant(before: &StreamJobStatus, obs: &Observed, d: &Decision) {
         Kind::Shadow => stage.step != Step::Restoring,
         _ => false,
     };
-    // A failed pod holds no state (its checkpoints are in storage): replacing it is always fine.
-    let failed = obs.pod(&old).is_some_and(|p| p.phase == PodPhase::Failed);
+    // A failed pod, or a pod whose job failed or that waits in standby (it only waits for a
+    // start), holds no state (its checkpoints are in storage): replacing it is always fine.
+    let failed = obs.pod(&old).is_some_and(|p| p.phase == PodPhase::Failed)
+        || obs
+            .job(&old)
+            .is_some_and(|j| matches!(j.state, RunState::Failed | RunState::Standby));
     if guarded && !failed {
         assert!(
             !d.actions.contains(&Action::DeletePod { name: old.clone() }),
@@ -703,6 +707,38 @@ fn cases() -> Vec<Case> {
             .conds(&["Degraded"]),
     );
     let mut o = world(100);
+    let mut failed = js(RunState::Failed, Some("s3://b/ck/clicks/6"));
+    failed.restarts = 10;
+    failed.failure = Some("lost worker clicks-old-w0".into());
+    set_job(&mut o, OLD, failed);
+    v.push(
+        Case::new(
+            "running, job failed in a process that waits (started from standby): replace",
+            spec.clone(),
+            running(),
+            o,
+        )
+        .idle()
+        .acts(&["DeletePod:clicks-old"])
+        .conds(&["Degraded"])
+        .event("JobFailed"),
+    );
+    let mut o = world(100);
+    set_job(&mut o, OLD, js(RunState::Standby, None));
+    o.pods[0].restarts = 1;
+    v.push(
+        Case::new(
+            "running, a promoted standby pod restarted into standby: replace",
+            spec.clone(),
+            running(),
+            o,
+        )
+        .idle()
+        .acts(&["DeletePod:clicks-old"])
+        .conds(&["Degraded"])
+        .event("StandbyRestarted"),
+    );
+    let mut o = world(100);
     o.pods[0].phase = PodPhase::Succeeded;
     o.runtime.clear();
     v.push(
@@ -1103,15 +1139,67 @@ fn cases() -> Vec<Case> {
     o.pods.push(plan_pod(
         &planning,
         PodPhase::Failed,
-        Some(1),
-        Some("exec format error"),
+        Some(2),
+        Some("error: invalid manifest"),
     ));
     v.push(
-        Case::new("planning: plan pod errors", img2(), planning.clone(), o)
-            .stage("InPlace/Blocked")
-            .acts(Box::leak(vec![del_plan].into_boxed_slice()))
-            .conds(&["UpgradeBlocked", "Ready"])
-            .outcome(Outcome::Blocked),
+        Case::new(
+            "planning: the new spec is wrong",
+            img2(),
+            planning.clone(),
+            o,
+        )
+        .stage("InPlace/Blocked")
+        .acts(Box::leak(vec![del_plan].into_boxed_slice()))
+        .conds(&["UpgradeBlocked", "Ready"])
+        .outcome(Outcome::Blocked),
+    );
+    // found by the soak: the checkpoint in status was removed by retention (1 s checkpoints
+    // keep 3 s of them) before the plan pod read it, and the upgrade was blocked for good
+    let gone = "error: s3://b/ck/clicks/chk-43: NoSuchKey";
+    let mut o = world(110);
+    o.pods
+        .push(plan_pod(&planning, PodPhase::Failed, Some(1), Some(gone)));
+    v.push(
+        Case::new(
+            "planning: plan pod fails on the store, planned again",
+            img2(),
+            planning.clone(),
+            o,
+        )
+        .stage("InPlace/Planning")
+        .acts(Box::leak(vec![del_plan].into_boxed_slice()))
+        .conds(&["Upgrading", "Ready"])
+        .event("PlanRetried"),
+    );
+    let mut o = world(110);
+    let mut leaving = plan_pod(&planning, PodPhase::Failed, Some(1), Some(gone));
+    leaving.terminating = true;
+    o.pods.push(leaving);
+    v.push(
+        Case::new(
+            "planning: failed plan pod leaving, wait",
+            img2(),
+            planning.clone(),
+            o,
+        )
+        .stage("InPlace/Planning")
+        .conds(&["Upgrading", "Ready"]),
+    );
+    let mut o = world(100_000);
+    o.pods
+        .push(plan_pod(&planning, PodPhase::Failed, Some(1), Some(gone)));
+    v.push(
+        Case::new(
+            "planning: plan pod keeps failing past readinessTimeout, blocked",
+            img2(),
+            planning.clone(),
+            o,
+        )
+        .stage("InPlace/Blocked")
+        .acts(Box::leak(vec![del_plan].into_boxed_slice()))
+        .conds(&["UpgradeBlocked", "Ready"])
+        .outcome(Outcome::Blocked),
     );
     let mut o = world(110);
     o.pods
@@ -2653,7 +2741,9 @@ fn plan_results() {
         matches!(plan_result(&p), PlanResult::Incompatible(m) if m.contains("could not be read"))
     );
     p.exit_code = Some(137);
-    assert!(matches!(plan_result(&p), PlanResult::Error(m) if m.contains("exited 137")));
+    assert!(matches!(plan_result(&p), PlanResult::Transient(m) if m.contains("exited 137")));
+    p.exit_code = Some(2);
+    assert!(matches!(plan_result(&p), PlanResult::Error(m) if m.contains("exited 2")));
     p.exit_code = None;
     assert!(matches!(plan_result(&p), PlanResult::Error(_)));
 }

@@ -307,10 +307,43 @@ async fn load(manifest: &str, registry: &Registry) -> Result<JobGraph> {
     build_graph(&job, registry).await
 }
 
+/// When `from` is a `chk-N` folder of the job's `checkpoints.dir`: the newest complete checkpoint
+/// there and its metadata (none when `from` is anything else or nothing newer can be read).
+async fn newest_checkpoint_beside(
+    from: &str,
+    graph: &JobGraph,
+) -> Option<(Location, SnapshotMetadata)> {
+    let (dir, name) = from.trim_end_matches('/').rsplit_once('/')?;
+    if !name.starts_with("chk-") || dir != graph.spec.checkpoints.dir.trim_end_matches('/') {
+        return None;
+    }
+    let dir = Location::parse(dir, graph.spec.storage.as_ref()).ok()?;
+    let (_, newest) = crate::snapshot::latest_checkpoint(&dir).await.ok()??;
+    let meta = SnapshotMetadata::read(&newest).await.ok()?;
+    Some((newest, meta))
+}
+
 async fn plan(manifest: &str, from: &str, json: bool, registry: &Registry) -> Result<ExitCode> {
     let graph = load(manifest, registry).await?;
-    let loc = Location::parse(from, graph.spec.storage.as_ref())?;
-    let meta = SnapshotMetadata::read(&loc).await?;
+    let mut loc = Location::parse(from, graph.spec.storage.as_ref())?;
+    let meta = match SnapshotMetadata::read(&loc).await {
+        Ok(meta) => meta,
+        Err(e) => match newest_checkpoint_beside(from, &graph).await {
+            // Retention can remove a checkpoint between the operator reading status and this
+            // pod reading it (seconds, at short intervals). Every checkpoint in that folder
+            // after it records the same running job graph, so the newest answers the same
+            // question.
+            Some((newer, meta)) => {
+                eprintln!(
+                    "{from}: {e}; planning against the newest checkpoint {}",
+                    newer.display()
+                );
+                loc = newer;
+                meta
+            }
+            None => return Err(e),
+        },
+    };
     let report = check_restore(
         &meta,
         loc.display(),
@@ -335,7 +368,14 @@ fn read_token(file: Option<&str>) -> Result<Option<String>> {
     if let Some(f) = file {
         let t = std::fs::read_to_string(f)
             .map_err(|e| Error::Other(format!("cannot read token file {f}: {e}")))?;
-        return Ok(Some(t.trim().to_string()));
+        let t = t.trim();
+        if t.is_empty() {
+            // an empty token would admit anyone who sends an empty one
+            return Err(Error::Other(format!(
+                "token file {f} is empty: put the job's token in it (the operator keeps it in the Secret <job>-control-token)"
+            )));
+        }
+        return Ok(Some(t.to_string()));
     }
     Ok(std::env::var("STREAMJOB_CONTROL_TOKEN")
         .ok()
@@ -376,7 +416,8 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
     let serving = addr.is_some();
     if let Some(addr) = addr {
         let addr = parse_addr("--control-addr", &addr, token.as_deref())?;
-        let bound = crate::control::serve(shared.clone(), addr, token.clone()).await?;
+        let stores = crate::control::JobStores::of(&graph.spec);
+        let bound = crate::control::serve(shared.clone(), addr, token.clone(), stores).await?;
         eprintln!("control API: http://{bound}");
     }
     // signals: `run` stops with a savepoint (the user's Ctrl-C); `coordinator` (pods: SIGTERM

@@ -33,6 +33,63 @@ use crate::error::Result;
 struct AppState {
     shared: Arc<Shared>,
     token: Option<Arc<String>>,
+    stores: Arc<JobStores>,
+}
+
+/// The stores (scheme and bucket, or host) a job's savepoints may go to and come from through
+/// the control API: those of its checkpoint and savepoint directories and initial savepoint. A
+/// caller with the token still cannot point the job's credentials at another bucket.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobStores(Vec<String>);
+
+impl JobStores {
+    pub fn of(spec: &streamjob_crds::v1alpha1::StreamJobSpec) -> Self {
+        let mut stores: Vec<String> = [
+            Some(spec.checkpoints.dir.clone()),
+            Some(spec.savepoint_dir()),
+        ]
+        .into_iter()
+        .chain([spec.initial_savepoint.clone()])
+        .flatten()
+        .map(|p| store_of(&p))
+        .collect();
+        stores.sort();
+        stores.dedup();
+        Self(stores)
+    }
+
+    /// `Err` with a message naming the store when `path` is on none of the job's.
+    pub fn check(&self, field: &str, path: &str) -> std::result::Result<(), String> {
+        let store = store_of(path);
+        if self.0.contains(&store) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{field} {path:?} is on {store}, not on one of the job's stores ({}): savepoints go to and come from the job's checkpoint or savepoint stores",
+                self.0.join(", ")
+            ))
+        }
+    }
+}
+
+/// `scheme://authority` of a path (`file://` for a local path).
+fn store_of(path: &str) -> String {
+    match path.split_once("://") {
+        Some((scheme, rest)) => format!(
+            "{}://{}",
+            scheme.to_ascii_lowercase(),
+            rest.split('/').next().unwrap_or("").to_ascii_lowercase()
+        ),
+        None => "file://".to_string(),
+    }
+}
+
+fn bad_request(message: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(serde_json::json!({"error": message})),
+    )
+        .into_response()
 }
 
 #[derive(Deserialize)]
@@ -70,7 +127,7 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| t.trim() == token.as_str());
+            .is_some_and(|t| crate::cluster::wire::token_matches(Some(t.trim()), Some(token)));
         if !ok {
             return (
                 StatusCode::UNAUTHORIZED,
@@ -102,6 +159,11 @@ async fn trigger(State(st): State<AppState>, body: Option<Json<SavepointBody>>) 
         stop: false,
         standby: false,
     });
+    if let Some(dir) = &body.dir
+        && let Err(e) = st.stores.check("dir", dir)
+    {
+        return bad_request(e);
+    }
     let state = st.shared.status().state;
     // nothing runs in these states: a queued request would wait for a later run
     if matches!(state.as_str(), "finished" | "failed" | "standby")
@@ -124,6 +186,11 @@ async fn start(State(st): State<AppState>, body: Option<Json<StartBody>>) -> Res
         ));
     }
     let from = body.from_savepoint.filter(|p| !p.is_empty());
+    if let Some(path) = &from
+        && let Err(e) = st.stores.check("fromSavepoint", path)
+    {
+        return bad_request(e);
+    }
     let reply = st.shared.request_start(from.clone(), body.epoch);
     match tokio::time::timeout(std::time::Duration::from_secs(10), reply).await {
         Ok(Ok(Ok(()))) => (
@@ -177,10 +244,11 @@ async fn metrics(State(st): State<AppState>) -> Response {
 }
 
 /// The router (exposed for tests).
-pub fn router(shared: Arc<Shared>, token: Option<String>) -> Router {
+pub fn router(shared: Arc<Shared>, token: Option<String>, stores: JobStores) -> Router {
     let st = AppState {
         shared,
         token: token.map(Arc::new),
+        stores: Arc::new(stores),
     };
     let api = Router::new()
         .route("/v1/status", get(status))
@@ -201,10 +269,11 @@ pub async fn serve(
     shared: Arc<Shared>,
     addr: SocketAddr,
     token: Option<String>,
+    stores: JobStores,
 ) -> Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let app = router(shared, token);
+    let app = router(shared, token, stores);
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "control API stopped");
@@ -212,4 +281,52 @@ pub async fn serve(
     });
     tracing::info!(%bound, "control API listening");
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A job spec with the given store lines (indented under `spec:`).
+    fn spec_with(stores: &str) -> streamjob_crds::v1alpha1::StreamJobSpec {
+        let yaml = format!(
+            "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata: {{name: j}}\nspec:\n  image: i\n{stores}  pipeline:\n    - {{uid: g, source: {{generator: {{}}}}}}\n    - {{uid: o, print: {{}}}}\n"
+        );
+        streamjob_crds::v1alpha1::StreamJob::from_yaml(&yaml)
+            .unwrap()
+            .spec
+    }
+
+    #[test]
+    fn savepoints_stay_on_the_jobs_stores() {
+        let stores = JobStores::of(&spec_with(
+            "  checkpoints: {dir: s3://ck-bucket/ck/j}\n  savepoints: {dir: s3://sp-bucket/sp/j}\n  initialSavepoint: hdfs://nn:8020/old/sp-1\n",
+        ));
+        for ok in [
+            "s3://ck-bucket/elsewhere",
+            "s3://sp-bucket/sp/j/savepoint-3",
+            "S3://SP-BUCKET/x",
+            "hdfs://nn:8020/other",
+        ] {
+            assert!(stores.check("dir", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "s3://other-bucket/sp",
+            "gs://sp-bucket/sp",
+            "/tmp/sp",
+            "file:///etc",
+        ] {
+            let e = stores.check("fromSavepoint", bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!("fromSavepoint {bad:?} is on "))
+                    && e.contains("s3://sp-bucket"),
+                "{e}"
+            );
+        }
+        let stores = JobStores::of(&spec_with("  checkpoints: {dir: /var/ck}\n"));
+        assert!(stores.check("dir", "/tmp/sp").is_ok());
+        assert!(stores.check("dir", "file:///tmp/sp").is_ok());
+        assert!(stores.check("dir", "s3://b/sp").is_err());
+    }
 }

@@ -263,6 +263,17 @@ fn sigkill_and_resume_gives_exact_aggregates() {
         .filter(|e| e.path().join("_metadata").exists())
         .count();
     assert!(complete <= 2, "{complete} checkpoints retained");
+    // a checkpoint removed by retention after the operator read it from status: `plan` checks
+    // the newest checkpoint of the same folder instead (it records the same job graph)
+    let gone = dir.path().join("checkpoints").join("chk-1");
+    assert!(!gone.join("_metadata").exists(), "chk-1 is still retained");
+    let (code, report) = plan(Path::new(m), gone.to_str().unwrap());
+    assert_eq!(code, 0, "plan against a retired checkpoint: {report}");
+    let checked = report["path"].as_str().unwrap_or_default();
+    assert!(
+        checked.contains("chk-") && !checked.ends_with("chk-1"),
+        "{report}"
+    );
 }
 
 fn plan(manifest: &Path, from: &str) -> (i32, serde_json::Value) {

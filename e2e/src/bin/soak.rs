@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Parser;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::Api;
 use kube::api::{DynamicObject, ListParams};
 use nix::sys::signal::{Signal, kill};
@@ -208,6 +208,26 @@ async fn main() -> Result<()> {
         faults_done - t0,
         finished_at - t0,
     );
+    // what the operator did about the faults (from the job's events)
+    let mut blocked = 0;
+    let mut table = format!("{table}\n| operator events | count |\n|---|---:|\n");
+    for reason in [
+        "UpgradeStarted",
+        "Promoted",
+        "RolledBack",
+        "UpgradeAborted",
+        "UpgradeBlocked",
+        "PlanRetried",
+        "JobFailed",
+        "StandbyRestarted",
+        "PodRecreated",
+    ] {
+        let n = soak.events(reason).await.unwrap_or(0);
+        if reason == "UpgradeBlocked" {
+            blocked = n;
+        }
+        let _ = writeln!(table, "| {reason} | {n} |");
+    }
     println!("{table}");
     let out = args
         .out
@@ -226,6 +246,11 @@ async fn main() -> Result<()> {
     }
     if !report.exactly_once() {
         bail!("not exactly once: {report:?}");
+    }
+    if blocked > 0 {
+        bail!(
+            "{blocked} upgrades were blocked, but every version the soak applies can restore the job's state"
+        );
     }
     if injected.values().sum::<usize>() < wanted {
         bail!(
@@ -356,6 +381,8 @@ impl Soak {
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .filter_map(|p| Some((p.metadata.name.clone()?, container_pid(&p)?)))
+            // a container that restarted moments ago still shows its old pid: not applicable now
+            .filter(|(_, pid)| scenario::pid_alive(*pid))
             .collect())
     }
 
@@ -380,15 +407,35 @@ impl Soak {
             .items
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .find_map(|p| Some((p.metadata.name.clone()?, container_pid(&p)?))))
+            .find_map(|p| Some((p.metadata.name.clone()?, container_pid(&p)?)))
+            .filter(|(_, pid)| scenario::pid_alive(*pid)))
     }
 
-    /// Whether an upgrade, rollback or resume is in flight (one that only waits for the user,
-    /// `Rollback/RolledBack`, is not).
+    /// Whether an upgrade, rollback or resume is in flight (one that ended — rolled back,
+    /// aborted or blocked — waits for a new spec, which the next bump is).
     async fn upgrading(&self) -> Result<bool> {
         let o = self.get().await?;
         let step = status(&o)["upgrade"]["step"].as_str().unwrap_or("");
-        Ok(!step.is_empty() && !step.ends_with("/RolledBack"))
+        Ok(!step.is_empty()
+            && !["/RolledBack", "/Aborted", "/Blocked"]
+                .iter()
+                .any(|end| step.ends_with(end)))
+    }
+
+    /// The job's events with `reason`, counted (a repeated event counts each time).
+    async fn events(&self, reason: &str) -> Result<usize> {
+        let events: Api<Event> = Api::namespaced(self.env.client().await?, &self.job.ns);
+        let lp = ListParams::default().fields(&format!(
+            "involvedObject.name={},reason={reason}",
+            self.job.name
+        ));
+        Ok(events
+            .list(&lp)
+            .await?
+            .items
+            .iter()
+            .map(|e| usize::try_from(e.count.unwrap_or(1).max(1)).unwrap_or(1))
+            .sum())
     }
 
     /// Injects one fault; `Ok(false)` when it does not apply now (no such process, an upgrade

@@ -98,6 +98,8 @@ pub async fn run(
                         listed.insert(uid.clone());
                         if let Some(tx) = workers.get(&uid) {
                             let _ = tx.send(Some(pod));
+                        } else if pod::partitioned(&pod) {
+                            // cut off, and its processes already gone: nothing to do for it
                         } else {
                             let (tx, rx) = watch::channel(Some(pod));
                             let ip = ips.next();

@@ -27,6 +27,23 @@ const TICK: Duration = Duration::from_millis(250);
 const BACKOFF_START: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
+/// A pod annotated `e2e.streamjob.io/partitioned: "true"` is cut off from this kubelet, as on a
+/// node behind a network partition: from then on nothing is reported, probed, restarted,
+/// stopped or finalised for it, so a deletion leaves the object `Terminating` (until it is
+/// force-deleted) and its processes running. The kubelet writes `partitioned` into the pod's
+/// folder when it lets go, and what the processes exit with into `<container>.exit`. Tests use
+/// it to make zombies of old versions.
+pub const PARTITIONED: &str = "e2e.streamjob.io/partitioned";
+
+/// Whether `pod` carries [`PARTITIONED`].
+pub fn partitioned(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PARTITIONED))
+        .is_some_and(|v| v == "true")
+}
+
 /// Shared state of the kubelet that pod workers use.
 pub struct Shared {
     pub client: kube::Client,
@@ -681,6 +698,50 @@ impl PodRuntime {
         }
     }
 
+    /// The pod is cut off ([`PARTITIONED`]): its processes run on, unmanaged, until they exit
+    /// by themselves (each exit code written to `<container>.exit`) or the kubelet shuts down
+    /// (then they are stopped: nothing is left running after a test).
+    async fn cut_off(&mut self, shutdown: &mut watch::Receiver<bool>) {
+        tracing::warn!(pod = %self.key, "partitioned: this kubelet no longer acts on the pod");
+        // tests wait for this file before they delete the pod
+        if let Err(e) = std::fs::write(self.dir.join("partitioned"), b"") {
+            tracing::warn!(pod = %self.key, error = %e, "cannot write the partitioned marker");
+        }
+        loop {
+            let mut alive = false;
+            for c in &mut self.ctrs {
+                let Some(child) = c.child.as_mut() else {
+                    continue;
+                };
+                match child.try_wait() {
+                    Ok(Some(status)) => {
+                        use std::os::unix::process::ExitStatusExt;
+                        let code = status
+                            .code()
+                            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+                        tracing::warn!(pod = %self.key, container = %c.spec.name, code, "partitioned container exited");
+                        let path = self.dir.join(format!("{}.exit", c.spec.name));
+                        if let Err(e) = std::fs::write(&path, code.to_string()) {
+                            tracing::warn!(path = %path.display(), error = %e, "cannot record the exit code");
+                        }
+                        c.child = None;
+                    }
+                    _ => alive = true,
+                }
+            }
+            if !alive {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = shutdown.changed() => {
+                    self.kill_all(Duration::from_secs(5)).await;
+                    return;
+                }
+            }
+        }
+    }
+
     /// SIGTERM to every running container, SIGKILL after `grace`; waits for all to exit.
     pub async fn kill_all(&mut self, grace: Duration) {
         for c in &mut self.ctrs {
@@ -747,6 +808,10 @@ pub async fn pod_worker(
             None => {
                 // The object is gone (force deletion): just stop the processes.
                 rt.kill_all(Duration::from_secs(2)).await;
+                return;
+            }
+            Some(pod) if partitioned(&pod) => {
+                rt.cut_off(&mut shutdown).await;
                 return;
             }
             Some(pod) if pod.metadata.deletion_timestamp.is_some() => {

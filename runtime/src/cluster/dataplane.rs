@@ -18,7 +18,8 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::wire::{
-    ChannelHeader, ChannelKey, ElementDecoder, ElementEncoder, read_frame, read_json, write_json,
+    ChannelHeader, ChannelKey, ElementDecoder, ElementEncoder, read_first_json, read_frame,
+    token_matches, write_json,
 };
 use crate::error::{Error, Result};
 use crate::task::Element;
@@ -82,11 +83,12 @@ impl DataPlane {
     async fn accept(self: Arc<Self>, stream: TcpStream) -> Result<()> {
         stream.set_nodelay(true)?;
         let mut reader = BufReader::new(stream);
-        let header: ChannelHeader = tokio::time::timeout(HEADER_TIMEOUT, read_json(&mut reader))
-            .await
-            .map_err(|_| Error::Cluster("no channel header within 10s".into()))??
-            .ok_or_else(|| Error::Cluster("closed before its channel header".into()))?;
-        if header.token != self.token {
+        let header: ChannelHeader =
+            tokio::time::timeout(HEADER_TIMEOUT, read_first_json(&mut reader))
+                .await
+                .map_err(|_| Error::Cluster("no channel header within 10s".into()))??
+                .ok_or_else(|| Error::Cluster("closed before its channel header".into()))?;
+        if !token_matches(header.token.as_deref(), self.token.as_deref()) {
             return Err(Error::Cluster("wrong token on a data connection".into()));
         }
         if header.spec_digest != self.spec_digest {

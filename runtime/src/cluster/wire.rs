@@ -23,6 +23,22 @@ use crate::task::{Barrier, BarrierKind, Element, TaskCommand, TaskEvent};
 /// Largest frame accepted (a record batch of a few hundred MiB is a bug upstream, not data).
 pub const MAX_FRAME: u32 = 512 * 1024 * 1024;
 
+/// Largest frame accepted before the peer has shown the job's token (a hello, a channel header,
+/// a welcome): a stranger cannot make a process allocate more than this by announcing a length.
+pub const MAX_UNAUTHENTICATED_FRAME: u32 = 64 * 1024;
+
+/// Whether a peer's token is the job's, compared in constant time (no timing oracle). A job
+/// without a token (loopback only) admits only peers without one; an empty token matches
+/// nothing (it is refused where tokens are read).
+pub fn token_matches(given: Option<&str>, expected: Option<&str>) -> bool {
+    use subtle::ConstantTimeEq;
+    match (given, expected) {
+        (None, None) => true,
+        (Some(g), Some(e)) => !e.is_empty() && bool::from(g.as_bytes().ct_eq(e.as_bytes())),
+        _ => false,
+    }
+}
+
 /// The column that carries each record's event time on the wire.
 const EVENT_TIME_COLUMN: &str = "__streamjob_event_time";
 
@@ -51,6 +67,11 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, tag: u8, payload: &[u
 
 /// Reads one frame; `None` at a clean end of stream (between frames).
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Frame>> {
+    read_frame_within(r, MAX_FRAME).await
+}
+
+/// Reads one frame of at most `max` bytes; the length is checked before anything is allocated.
+async fn read_frame_within<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> Result<Option<Frame>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -58,9 +79,9 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Frame>
         Err(e) => return Err(e.into()),
     }
     let len = u32::from_be_bytes(len);
-    if len == 0 || len > MAX_FRAME {
+    if len == 0 || len > max {
         return Err(Error::Cluster(format!(
-            "bad frame length {len}: the peer does not speak the streamjob protocol"
+            "bad frame length {len} (at most {max} here): the peer does not speak the streamjob protocol"
         )));
     }
     let mut tag = [0u8; 1];
@@ -82,7 +103,22 @@ pub async fn write_json<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, msg: &T)
 pub async fn read_json<R: AsyncRead + Unpin, T: for<'de> Deserialize<'de>>(
     r: &mut R,
 ) -> Result<Option<T>> {
-    match read_frame(r).await? {
+    read_json_within(r, MAX_FRAME).await
+}
+
+/// Reads the first JSON message of a connection, before its peer is authenticated: at most
+/// [`MAX_UNAUTHENTICATED_FRAME`] bytes.
+pub async fn read_first_json<R: AsyncRead + Unpin, T: for<'de> Deserialize<'de>>(
+    r: &mut R,
+) -> Result<Option<T>> {
+    read_json_within(r, MAX_UNAUTHENTICATED_FRAME).await
+}
+
+async fn read_json_within<R: AsyncRead + Unpin, T: for<'de> Deserialize<'de>>(
+    r: &mut R,
+    max: u32,
+) -> Result<Option<T>> {
+    match read_frame_within(r, max).await? {
         None => Ok(None),
         Some(Frame {
             tag: TAG_JSON,
@@ -694,5 +730,42 @@ mod tests {
         assert_eq!(end.tag, TAG_END);
         writer.await.unwrap();
         assert!(read_frame(&mut b).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stranger_cannot_announce_a_large_first_frame() {
+        // 100 MiB announced, nothing sent: refused from the length alone (nothing allocated,
+        // no wait for the bytes), where a later frame of that size would be read
+        let mut announced = (100u32 << 20).to_be_bytes().to_vec();
+        announced.push(TAG_JSON);
+        let e = read_first_json::<_, ToWorker>(&mut announced.as_slice())
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("bad frame length 104857600 (at most 65536 here)"),
+            "{e}"
+        );
+        // a hello of ordinary size passes
+        let mut hello = Vec::new();
+        write_json(&mut hello, &ToWorker::Cancel { attempt: 1 })
+            .await
+            .unwrap();
+        let m: ToWorker = read_first_json(&mut hello.as_slice())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m, ToWorker::Cancel { attempt: 1 });
+    }
+
+    #[test]
+    fn tokens_match_only_when_equal_and_present() {
+        assert!(token_matches(Some("s3cret"), Some("s3cret")));
+        assert!(token_matches(None, None));
+        assert!(!token_matches(Some("s3cret"), Some("s3creT")));
+        assert!(!token_matches(Some("s3cre"), Some("s3cret")));
+        assert!(!token_matches(None, Some("s3cret")));
+        assert!(!token_matches(Some("s3cret"), None));
+        assert!(!token_matches(Some(""), Some("")));
     }
 }

@@ -12,8 +12,8 @@ use tracing::Instrument;
 
 use super::dataplane::DataPlane;
 use super::wire::{
-    BarrierResolver, FromWorker, KEEPALIVE, PEER_TIMEOUT, StepCounters, ToWorker, read_json,
-    spec_digest, write_json,
+    BarrierResolver, FromWorker, KEEPALIVE, PEER_TIMEOUT, StepCounters, ToWorker, read_first_json,
+    read_json, spec_digest, write_json,
 };
 use crate::coordinator::{Spread, Subtasks, spawn_subtasks};
 use crate::error::{Error, Result};
@@ -144,7 +144,7 @@ async fn session(
         },
     )
     .await?;
-    let slot = match read_json::<_, ToWorker>(&mut read).await? {
+    let slot = match read_first_json::<_, ToWorker>(&mut read).await? {
         Some(ToWorker::Welcome { slot, workers }) => {
             tracing::info!(slot, workers, "registered with the coordinator");
             slot

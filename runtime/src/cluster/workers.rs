@@ -17,7 +17,8 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::wire::{
-    FromWorker, KEEPALIVE, PEER_TIMEOUT, StepCounters, ToWorker, WireCommand, read_json, write_json,
+    FromWorker, KEEPALIVE, PEER_TIMEOUT, StepCounters, ToWorker, WireCommand, read_first_json,
+    read_json, token_matches, write_json,
 };
 use crate::coordinator::slot_of;
 use crate::error::{Error, Result};
@@ -134,20 +135,21 @@ impl Workers {
         let (read, write) = stream.into_split();
         let mut read = BufReader::new(read);
         let mut write = BufWriter::new(write);
-        let hello = match tokio::time::timeout(HELLO_TIMEOUT, read_json::<_, FromWorker>(&mut read))
-            .await
-        {
-            Ok(Ok(Some(h))) => h,
-            Ok(Ok(None)) => return,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "a worker connection did not say hello");
-                return;
-            }
-            Err(_) => {
-                tracing::warn!("a worker connection said nothing for 10s");
-                return;
-            }
-        };
+        let hello =
+            match tokio::time::timeout(HELLO_TIMEOUT, read_first_json::<_, FromWorker>(&mut read))
+                .await
+            {
+                Ok(Ok(Some(h))) => h,
+                Ok(Ok(None)) => return,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "a worker connection did not say hello");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!("a worker connection said nothing for 10s");
+                    return;
+                }
+            };
         let (to_worker, mut outbox) = mpsc::unbounded_channel();
         let admitted = self.admit(hello, connection, to_worker);
         let (slot, name) = match admitted {
@@ -217,7 +219,7 @@ impl Workers {
         else {
             return Err("the first message must be a hello".into());
         };
-        if token != self.token {
+        if !token_matches(token.as_deref(), self.token.as_deref()) {
             return Err(format!(
                 "worker {name}: wrong or missing token (pass the job's --token-file or STREAMJOB_CONTROL_TOKEN)"
             ));
