@@ -2,6 +2,10 @@
 //! them, and the validation that the API server cannot express in a schema or a CEL rule.
 
 pub mod crd;
+#[cfg(test)]
+mod fuzz;
+#[cfg(test)]
+mod fuzz_loop;
 pub mod hash;
 pub mod pod_template;
 pub mod secrets;

@@ -104,6 +104,8 @@ pub struct StreamJobSpec {
     /// Where records rejected by an operator with `onBadRecord: deadLetter` are written
     /// (a directory path or URL, for example s3://bucket/dead-letter/clicks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, file:// or a local path (hdfs:// is not supported by the runtime yet)"}]))]
     pub dead_letter_path: Option<String>,
 
     /// The job graph, a chain of steps from one source to one sink. Every step has a stable `uid`
@@ -177,13 +179,15 @@ pub struct UpgradeSpec {
     /// The new version must complete its first checkpoint within this duration, or the operator rolls
     /// back to the last stable spec.
     #[serde(default = "default_readiness_timeout")]
-    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"), length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub readiness_timeout: String,
 
     /// How long a savepoint for an upgrade may take before the upgrade is abandoned and the old
     /// version keeps running.
     #[serde(default = "default_savepoint_timeout")]
-    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"), length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub savepoint_timeout: String,
 }
 
@@ -231,17 +235,19 @@ pub enum UpgradeStrategy {
 pub struct CheckpointSpec {
     /// Time between the start of two checkpoints, for example 30s.
     #[serde(default = "default_checkpoint_interval")]
-    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"), length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub interval: String,
 
-    /// Directory checkpoints are written to: s3://bucket/prefix, hdfs://namenode/path, or a local
-    /// path (local mode only).
-    #[schemars(length(min = 1))]
+    /// Directory checkpoints are written to: s3://bucket/prefix, or a local path (local mode only).
+    #[schemars(length(min = 1, max = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, file:// or a local path (hdfs:// is not supported by the runtime yet)"}]))]
     pub dir: String,
 
     /// A checkpoint that has not completed within this duration is aborted.
     #[serde(default = "default_checkpoint_timeout")]
-    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"), length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub timeout: String,
 
     /// Number of completed checkpoints kept; older ones are deleted.
@@ -268,6 +274,8 @@ fn default_retained() -> u32 {
 pub struct SavepointSpec {
     /// Directory savepoints are written to. Defaults to `<checkpoints.dir>/savepoints`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, file:// or a local path (hdfs:// is not supported by the runtime yet)"}]))]
     pub dir: Option<String>,
 
     /// Change this number (for example increment it) to have the operator take a savepoint now.
@@ -608,8 +616,9 @@ pub enum NexmarkEventKind {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FilesSource {
-    /// Directory or prefix to read: s3://bucket/prefix, hdfs://..., or a local path.
-    #[schemars(length(min = 1))]
+    /// Directory or prefix to read: s3://bucket/prefix, or a local path.
+    #[schemars(length(min = 1, max = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, file:// or a local path (hdfs:// is not supported by the runtime yet)"}]))]
     pub path: String,
 
     /// Format of the files.
@@ -926,7 +935,8 @@ pub struct ProjectColumn {
 pub struct WindowSpec {
     /// Fixed-size, non-overlapping windows of this length, for example 1m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"), length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub tumbling: Option<String>,
 
     /// Overlapping windows.
@@ -949,10 +959,12 @@ pub struct WindowSpec {
 #[serde(rename_all = "camelCase")]
 pub struct SlidingWindow {
     /// Window length, for example 10s.
-    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"), length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub size: String,
     /// Distance between window starts, for example 2s.
-    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"), length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub slide: String,
 }
 
@@ -961,7 +973,8 @@ pub struct SlidingWindow {
 #[serde(rename_all = "camelCase")]
 pub struct SessionWindow {
     /// Inactivity gap that closes a session, for example 5m.
-    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"), length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub gap: String,
 }
 
@@ -1024,8 +1037,9 @@ pub struct CustomSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileSinkSpec {
-    /// Base path: s3://bucket/prefix, hdfs://namenode/path, or a local path (local mode).
-    #[schemars(length(min = 1))]
+    /// Base path: s3://bucket/prefix, or a local path (local mode).
+    #[schemars(length(min = 1, max = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('s3a://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, file:// or a local path (s3a:// is read as s3://; hdfs:// is not supported by the runtime yet)"}]))]
     pub path: String,
 
     /// Output format.
@@ -1256,15 +1270,18 @@ pub struct DefaultRollingPolicy {
     pub max_part_size: String,
     /// Roll a part file open this long. Default 60s.
     #[serde(default = "default_rollover_interval")]
-    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"), length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub rollover_interval: String,
     /// Roll a part file that received nothing for this long. Default 60s.
     #[serde(default = "default_rollover_interval")]
-    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"), length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub inactivity_interval: String,
     /// How often time-based rolling is checked. Default 60s.
     #[serde(default = "default_rollover_interval")]
-    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"), length(max = 64))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub bucket_check_interval: String,
 }
 

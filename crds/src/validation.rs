@@ -785,6 +785,10 @@ pub fn valid_timezone(timezone: &str) -> bool {
         && bytes[1..3].iter().all(u8::is_ascii_digit)
         && bytes[3] == b':'
         && bytes[4..6].iter().all(u8::is_ascii_digit)
+        // the offsets the sink accepts (filesink::bucket::parse_timezone): hours up to 18,
+        // minutes below 60 (found by filesink's fuzz target on timezones)
+        && timezone[1..3].parse::<u32>().is_ok_and(|h| h <= 18)
+        && timezone[4..6].parse::<u32>().is_ok_and(|m| m < 60)
 }
 
 fn valid_uid(uid: &str) -> bool {

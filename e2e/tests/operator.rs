@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace, Pod};
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, ResourceExt};
 use streamjob_e2e::fixtures::{self, EnvOptions, TestEnv, wait_deleted};
@@ -974,6 +974,110 @@ async fn h_delete_with_and_without_dispose() {
         }
         ctx.log(&format!("deleted; {} savepoint objects left", left.len()));
     }
+}
+
+/// s. deleting a job whose savepoints cannot be disposed completes in bounded time, with a Warning
+/// Event naming what was left: (1) the disposal pod cannot pull its image, (2) the namespace is
+/// being deleted (nothing can be created in it; the Event goes to the operator's pod).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s_delete_lets_go_when_disposal_cannot_run() {
+    let env = env().await;
+    // The operator's grace for a disposal pod that cannot start (operator/src/disposal.rs), plus
+    // room for the kubelet, the watch and the requeue.
+    let bound = Duration::from_secs(60 + 60);
+
+    // 1. The disposal pod's image cannot be pulled.
+    let mut job = new_job(env, "nopull").await;
+    job.dispose_on_delete = true;
+    job.count = 1_000_000;
+    let mut ctx = Ctx::new(env, job).await;
+    ctx.apply();
+    ctx.running_with_checkpoint().await;
+    ctx.job.state = "suspended";
+    ctx.apply();
+    let o = ctx
+        .wait("suspended with a savepoint", TIMEOUT, |o| {
+            phase(o) == "Suspended" && status(o)["lastSavepoint"]["path"].is_string()
+        })
+        .await;
+    let sp = status(&o)["lastSavepoint"]["path"]
+        .as_str()
+        .expect("savepoint")
+        .to_string();
+    // A suspended job does not move on a spec change: only the disposal pod uses this image.
+    ctx.job.image = "streamjob/not-pullable:v0".into();
+    ctx.apply();
+    let t = Instant::now();
+    env.kubectl_ok(
+        &[
+            "delete",
+            "sj",
+            &ctx.job.name,
+            "-n",
+            &ctx.job.ns,
+            "--wait=false",
+        ],
+        None,
+    )
+    .expect("delete");
+    wait_deleted(&ctx.api, &ctx.job.name, bound)
+        .await
+        .expect("StreamJob gone although its disposal pod cannot start");
+    let took = t.elapsed();
+    let note = left_behind_event(env, &ctx.job.ns, &ctx.job.name).await;
+    assert!(note.contains("ErrImagePull"), "{note}");
+    assert!(note.contains(&sp), "names the savepoint {sp}: {note}");
+    let prefix = format!("savepoints/{}", ctx.job.name);
+    let left = env.s3().list(&ctx.job.bucket, &prefix).await.expect("list");
+    assert!(
+        !left.is_empty(),
+        "the savepoint was left, as the Event says"
+    );
+    ctx.log(&format!("deleted after {took:?} without disposal: {note}"));
+
+    // 2. The job's namespace is deleted.
+    let mut job = new_job(env, "nsgone").await;
+    job.dispose_on_delete = true;
+    job.count = 1_000_000;
+    let mut ctx = Ctx::new(env, job).await;
+    ctx.apply();
+    ctx.running_with_checkpoint().await;
+    ctx.job.trigger_nonce = Some(1);
+    ctx.apply();
+    let o = ctx
+        .wait("savepoint taken", TIMEOUT, |o| {
+            status(o)["lastHandledNonce"] == 1 && status(o)["lastSavepoint"]["path"].is_string()
+        })
+        .await;
+    let sp = status(&o)["lastSavepoint"]["path"]
+        .as_str()
+        .expect("savepoint")
+        .to_string();
+    let t = Instant::now();
+    env.kubectl_ok(&["delete", "namespace", &ctx.job.ns, "--wait=false"], None)
+        .expect("delete namespace");
+    let namespaces: Api<Namespace> = Api::all(env.client().await.expect("client"));
+    wait_deleted(&namespaces, &ctx.job.ns, bound)
+        .await
+        .expect("namespace gone although the StreamJob in it has a finalizer");
+    let took = t.elapsed();
+    let home = operator(env).await;
+    let note = left_behind_event(env, home, &format!("{}/{}", ctx.job.ns, ctx.job.name)).await;
+    assert!(note.contains("namespace is being deleted"), "{note}");
+    assert!(note.contains(&sp), "names the savepoint {sp}: {note}");
+    ctx.log(&format!("namespace deleted after {took:?}: {note}"));
+}
+
+/// The note of the `SavepointsLeftBehind` Event in `ns` that mentions `what`.
+async fn left_behind_event(env: &'static TestEnv, ns: &str, what: &str) -> String {
+    let events: Api<CoreEvent> = Api::namespaced(env.client().await.expect("client"), ns);
+    let lp = ListParams::default().fields("reason=SavepointsLeftBehind");
+    let list = events.list(&lp).await.expect("events");
+    list.items
+        .iter()
+        .filter_map(|e| e.message.clone())
+        .find(|m| m.contains(what))
+        .unwrap_or_else(|| panic!("no SavepointsLeftBehind event in {ns} about {what}: {list:?}"))
 }
 
 /// The operator's pod and its container's pid.

@@ -80,6 +80,11 @@
 pub mod bucket;
 pub mod error;
 pub mod format;
+#[cfg(test)]
+mod fuzz;
+#[cfg(test)]
+#[path = "../../crds/src/fuzz_loop.rs"]
+mod fuzz_loop;
 #[cfg(feature = "hdfs")]
 pub mod hdfs;
 pub mod part;

@@ -25,6 +25,7 @@ use crate::decide::{
     self, Action, Decision, JobRef, LABEL_HASH, LABEL_ROLE, MANAGER, Observed, PodObs, PodPhase,
     PodRole, RuntimeObs, decide,
 };
+use crate::disposal::{self, Disposal};
 use crate::metrics::Metrics;
 use crate::resources::{self, Owner, TOKEN_KEY};
 use crate::workers;
@@ -42,6 +43,9 @@ pub struct Settings {
     pub namespaces: Vec<String>,
     /// Events' reporting instance (the pod name).
     pub instance: String,
+    /// The operator pod's namespace (`POD_NAMESPACE`): Events about StreamJobs whose own namespace
+    /// is being deleted are recorded on the operator pod there, where they outlive that namespace.
+    pub home_namespace: Option<String>,
     /// Timeout of one control API call.
     pub control_timeout: Duration,
     /// Resources of the runtime container where a StreamJob's podTemplate sets none.
@@ -233,7 +237,11 @@ async fn reconcile_inner<C: ControlApi>(
     }
 
     // ---- observe ----
-    let token = ensure_token(ctx, &owner).await?;
+    let token = match ensure_token(ctx, &owner).await {
+        Ok(t) => t,
+        Err(Error::TokenSecret(why)) => return token_secret_invalid(job, ctx, &jobs, &why).await,
+        Err(e) => return Err(e),
+    };
     let (observed, pods) = observe(job, ctx, &owner, &token).await?;
     let status = job.status.clone().unwrap_or_default();
 
@@ -246,9 +254,15 @@ async fn reconcile_inner<C: ControlApi>(
     tracing::debug!(actions = ?decision.actions.len(), stage = ?decision.status.upgrade.as_ref().map(|u| &u.step), "decided");
 
     // ---- act: status first (the write-ahead log), then actions ----
+    // Every write names the resourceVersion it was computed from: a decision made on a stale cache
+    // (another operator replica, a slow watch) is refused (409) instead of overwriting newer status.
+    let mut version = job.metadata.resource_version.clone();
     let mut new_status = decision.status.clone();
     if new_status != status {
-        write_status(&jobs, name, &new_status).await?;
+        match write_status(&jobs, name, version.as_deref(), &new_status).await? {
+            Written::Now(v) => version = v,
+            Written::Stale => return Ok(stale(ctx, ns, name)),
+        }
     }
     let mut status_dirty = false;
     let mut first_error = None;
@@ -270,8 +284,10 @@ async fn reconcile_inner<C: ControlApi>(
             }
         }
     }
-    if status_dirty {
-        write_status(&jobs, name, &new_status).await?;
+    if status_dirty
+        && write_status(&jobs, name, version.as_deref(), &new_status).await? == Written::Stale
+    {
+        return Ok(stale(ctx, ns, name));
     }
     // workers follow the coordinator pods as observed; new coordinators get theirs next time
     if first_error.is_none()
@@ -303,20 +319,47 @@ fn record_metrics<C: ControlApi>(ctx: &Context<C>, ns: &str, name: &str, d: &Dec
     }
 }
 
-async fn write_status(api: &Api<StreamJob>, name: &str, status: &StreamJobStatus) -> Result<()> {
+/// The outcome of a status write with a resourceVersion precondition.
+#[derive(Debug, PartialEq, Eq)]
+enum Written {
+    /// Written; the object's new resourceVersion.
+    Now(Option<String>),
+    /// Refused: the StreamJob changed since this reconcile read it.
+    Stale,
+}
+
+async fn write_status(
+    api: &Api<StreamJob>,
+    name: &str,
+    resource_version: Option<&str>,
+    status: &StreamJobStatus,
+) -> Result<Written> {
     let patch = serde_json::json!({
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": name},
+        "metadata": {"name": name, "resourceVersion": resource_version},
         "status": status,
     });
-    api.patch_status(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
+    match api
+        .patch_status(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        Ok(job) => Ok(Written::Now(job.metadata.resource_version)),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Written::Stale),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A status write lost to a newer version of the StreamJob: nothing else is done on this stale
+/// view; the watch brings the newer one and the job is reconciled again.
+fn stale<C: ControlApi>(ctx: &Context<C>, ns: &str, name: &str) -> Requeue {
+    tracing::info!(job = %name, namespace = %ns, "status write refused: the StreamJob changed meanwhile; reconciling again");
+    ctx.metrics.error("stale_status");
+    Requeue::requeue(Duration::from_secs(1))
 }
 
 async fn publish<C: ControlApi>(
@@ -560,7 +603,8 @@ async fn create_dispose_pod<C: ControlApi>(
     Ok(name)
 }
 
-/// Deletion with `disposeOnDelete`: dispose every savepoint the operator recorded, then let go.
+/// Deletion with `disposeOnDelete`: dispose every savepoint the operator recorded, then let go —
+/// also when the disposal cannot run (see `disposal`), with a Warning Event naming what remains.
 async fn cleanup<C: ControlApi>(
     job: &StreamJob,
     ctx: &Context<C>,
@@ -575,49 +619,40 @@ async fn cleanup<C: ControlApi>(
     paths.extend(status.last_savepoint.map(|s| s.path));
     paths.extend(status.upgrade.and_then(|u| u.savepoint));
     let paths: Vec<String> = paths.into_iter().collect();
-    let done = if paths.is_empty() {
-        true
+    let verdict = if paths.is_empty() {
+        Disposal::Disposed
     } else {
-        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-        let name = decide::dispose_pod_name(&owner.name, &paths);
-        match pods.get_opt(&name).await? {
-            None => {
-                create_dispose_pod(ctx, job, owner, &paths).await?;
-                publish(
-                    ctx,
-                    job,
-                    false,
-                    "DisposingSavepoints",
-                    &format!("disposing {} savepoint(s) before deletion", paths.len()),
-                )
-                .await;
-                false
-            }
-            Some(p) => match p.status.and_then(|s| s.phase).as_deref() {
-                Some("Succeeded") => {
-                    publish(ctx, job, false, "SavepointsDisposed", &paths.join(", ")).await;
-                    true
-                }
-                Some("Failed") => {
-                    publish(
-                        ctx,
-                        job,
-                        true,
-                        "DisposeFailed",
-                        &format!(
-                            "could not dispose savepoints; they remain: {}",
-                            paths.join(", ")
-                        ),
-                    )
-                    .await;
-                    true
-                }
-                _ => false,
-            },
-        }
+        dispose_step(job, ctx, owner, &paths).await?
     };
-    if !done {
-        return Ok(Requeue::requeue(Duration::from_secs(3)));
+    match verdict {
+        Disposal::Create | Disposal::Wait => return Ok(Requeue::requeue(Duration::from_secs(3))),
+        Disposal::Disposed if !paths.is_empty() => {
+            publish(ctx, job, false, "SavepointsDisposed", &paths.join(", ")).await;
+        }
+        Disposal::Disposed => {}
+        Disposal::LeftBehind(why) => {
+            tracing::warn!(job = %owner.name, namespace = %owner.namespace, %why, left = ?paths,
+                "deleting without disposing savepoints");
+            publish(
+                ctx,
+                job,
+                true,
+                "SavepointsLeftBehind",
+                &format!(
+                    "{why}; the StreamJob is deleted and these savepoints remain: {}",
+                    paths.join(", ")
+                ),
+            )
+            .await;
+            if why.contains("namespace is being deleted") {
+                publish_at_home(ctx, owner, &why, &paths).await;
+            }
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+            let name = decide::dispose_pod_name(&owner.name, &paths);
+            if let Err(e) = ignore_missing(pods.delete(&name, &DeleteParams::default()).await) {
+                tracing::debug!(pod = %name, error = %e, "cannot delete the disposal pod");
+            }
+        }
     }
     let jobs: Api<StreamJob> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let list: Vec<String> = job
@@ -636,6 +671,84 @@ async fn cleanup<C: ControlApi>(
     Ok(Requeue::await_change())
 }
 
+/// The Event about savepoints left behind, on the operator's own pod: the StreamJob's namespace,
+/// and every Event in it, is about to disappear.
+async fn publish_at_home<C: ControlApi>(
+    ctx: &Context<C>,
+    owner: &Owner,
+    why: &str,
+    paths: &[String],
+) {
+    let Some(home) = ctx.settings.home_namespace.clone() else {
+        return;
+    };
+    let me = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(ctx.settings.instance.clone()),
+        namespace: Some(home),
+        ..Default::default()
+    };
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "SavepointsLeftBehind".into(),
+        note: Some(
+            format!(
+                "StreamJob {}/{}: {why}; these savepoints remain: {}",
+                owner.namespace,
+                owner.name,
+                paths.join(", ")
+            )
+            .chars()
+            .take(1000)
+            .collect(),
+        ),
+        action: "Cleanup".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &me).await {
+        tracing::debug!(error = %e, "cannot record event on the operator pod");
+    }
+}
+
+/// One look at the disposal pod: create it, wait for it, or give up on it.
+async fn dispose_step<C: ControlApi>(
+    job: &StreamJob,
+    ctx: &Context<C>,
+    owner: &Owner,
+    paths: &[String],
+) -> Result<Disposal> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let name = decide::dispose_pod_name(&owner.name, paths);
+    let pod = pods.get_opt(&name).await?;
+    let deletion = job
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second());
+    let verdict = disposal::verdict(pod.as_ref(), deletion, Utc::now().timestamp());
+    if verdict != Disposal::Create {
+        return Ok(verdict);
+    }
+    match create_dispose_pod(ctx, job, owner, paths).await {
+        Ok(_) => {
+            publish(
+                ctx,
+                job,
+                false,
+                "DisposingSavepoints",
+                &format!("disposing {} savepoint(s) before deletion", paths.len()),
+            )
+            .await;
+            Ok(Disposal::Wait)
+        }
+        Err(Error::Kube(e)) if disposal::namespace_terminating(&e) => Ok(Disposal::LeftBehind(
+            "the namespace is being deleted, so no disposal pod can run in it".into(),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
 /// The most the operator reads of a pod's log (a plan report, a savepoint path): one tenant's
 /// pod must not make the operator that serves every namespace hold its whole log.
 const LOG_LIMIT_BYTES: i64 = 64 << 10;
@@ -650,11 +763,46 @@ fn token_in(secret: &Secret, name: &str) -> Result<String> {
         .map(|t| String::from_utf8_lossy(&t.0).trim().to_string())
         .unwrap_or_default();
     if token.is_empty() {
-        return Err(Error::Object(format!(
+        return Err(Error::TokenSecret(format!(
             "Secret {name} has no non-empty `{TOKEN_KEY}` key: delete the Secret and the operator creates a new token (pods read it when they start)"
         )));
     }
     Ok(token)
+}
+
+/// The job's token Secret is unusable: nothing is created or contacted without a token; the
+/// StreamJob says why (`Ready`/`Stalled` conditions, a Warning Event) until someone fixes it.
+async fn token_secret_invalid<C: ControlApi>(
+    job: &StreamJob,
+    ctx: &Context<C>,
+    jobs: &Api<StreamJob>,
+    why: &str,
+) -> Result<Requeue> {
+    ctx.metrics.error("token_secret");
+    tracing::warn!(job = %job.name_any(), %why, "token Secret unusable");
+    let mut status = job.status.clone().unwrap_or_default();
+    let before = status.clone();
+    let now = Utc::now();
+    let generation = job.metadata.generation;
+    for (type_, ok) in [("Ready", false), ("Stalled", true)] {
+        decide::set_condition(
+            &mut status.conditions,
+            type_,
+            ok,
+            "TokenSecretInvalid",
+            why,
+            generation,
+            now,
+        );
+    }
+    status.message = Some(why.to_string());
+    if status != before {
+        publish(ctx, job, true, "TokenSecretInvalid", why).await;
+        let version = job.metadata.resource_version.as_deref();
+        write_status(jobs, &job.name_any(), version, &status).await?;
+    }
+    // The operator does not watch Secrets: look again soon.
+    Ok(Requeue::requeue(Duration::from_secs(30)))
 }
 
 /// The job's control token: read from its Secret, created with a random token if missing.

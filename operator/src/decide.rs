@@ -377,7 +377,8 @@ pub enum PlanResult {
 
 #[derive(Deserialize)]
 struct PlanReport {
-    #[serde(default)]
+    // Required: any other JSON line of a log tail (a structured log record) must not pass for the
+    // report and hide the uids it refuses (found by fuzz_plan_report_in_a_log_tail).
     operators: Vec<PlanOperator>,
 }
 
@@ -826,7 +827,54 @@ pub fn decide(
     c.st.observed_generation = observed.generation.or(status.observed_generation);
     c.st.message = None;
     c.run();
-    c.finish()
+    guard_transition(status, c.finish(), observed)
+}
+
+/// The state machine checked in every build, not only in tests: a decision that moves the upgrade
+/// stage along a transition [`TRANSITIONS`] does not declare is a bug. It is refused whole —
+/// nothing is written, created or deleted — and reported in status and as an Event, so the job
+/// stays where it was instead of taking a step nobody reasoned about.
+fn guard_transition(old: &StreamJobStatus, decision: Decision, observed: &Observed) -> Decision {
+    let stage = |s: &StreamJobStatus| match &s.upgrade {
+        None => Some(None),
+        Some(u) => u.step.parse::<Stage>().ok().map(Some),
+    };
+    let (Some(from), Some(to)) = (stage(old), stage(&decision.status)) else {
+        return decision; // an unreadable stored stage is reported by the decision itself
+    };
+    if legal(from, to) {
+        return decision;
+    }
+    let show = |s: Option<Stage>| s.map_or("none".to_string(), |s| s.to_string());
+    let message = format!(
+        "refused an undeclared upgrade transition {} -> {}: nothing was changed; this is an operator bug, please report it with this message",
+        show(from),
+        show(to)
+    );
+    tracing::error!(%message, "illegal transition");
+    let mut status = old.clone();
+    set_condition(
+        &mut status.conditions,
+        "Degraded",
+        true,
+        "IllegalTransition",
+        &message,
+        observed.generation,
+        observed.now,
+    );
+    status.message = Some(message.clone());
+    Decision {
+        actions: Vec::new(),
+        status,
+        events: vec![Note {
+            warning: true,
+            reason: "IllegalTransition".into(),
+            message,
+        }],
+        requeue_after: Duration::from_secs(30),
+        outcome: None,
+        savepoints_completed: Vec::new(),
+    }
 }
 
 impl Ctx<'_> {
@@ -942,18 +990,30 @@ impl Ctx<'_> {
     /// records the largest: a pod never runs with an epoch that status does not cover.
     fn assign_epochs(&mut self) {
         let mut epoch = self.st.epoch.unwrap_or(0);
+        let mut exhausted = false;
         for a in &mut self.actions {
-            match a {
-                Action::CreatePod(p) => {
-                    epoch += 1;
-                    p.epoch = epoch;
+            let slot = match a {
+                Action::CreatePod(p) => &mut p.epoch,
+                Action::Start { epoch: e, .. } => e,
+                _ => continue,
+            };
+            // Epochs fence older runs: a run may never share one (an edited status.epoch at the
+            // maximum was found by fuzz_decide_never_panics).
+            match epoch.checked_add(1) {
+                Some(next) => {
+                    epoch = next;
+                    *slot = epoch;
                 }
-                Action::Start { epoch: e, .. } => {
-                    epoch += 1;
-                    *e = epoch;
-                }
-                _ => {}
+                None => exhausted = true,
             }
+        }
+        if exhausted {
+            self.actions
+                .retain(|a| !matches!(a, Action::CreatePod(_) | Action::Start { .. }));
+            self.degraded = Some((
+                "EpochExhausted".into(),
+                "status.epoch is at its maximum, so no run can be fenced from older ones: nothing is started (was status edited?)".into(),
+            ));
         }
         if epoch > 0 {
             self.st.epoch = Some(epoch);

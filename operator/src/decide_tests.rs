@@ -2824,3 +2824,64 @@ fn source_problems_degrade_the_job_with_a_bounded_message_and_lag_is_reported() 
     let d = run(&base_spec(), &d.status, &world(110));
     assert_eq!(cond(&d, "Degraded").status, "False");
 }
+
+/// An undeclared move (here InPlace/Savepointing straight to InPlace/Restoring, skipping the
+/// stop that records the savepoint) is refused in every build: no action, status unchanged but
+/// for the Degraded condition, and a Warning Event.
+#[test]
+fn an_undeclared_transition_is_refused_at_run_time() {
+    let target = with_image("v2");
+    let old = with_upgrade(
+        StreamJobStatus::default(),
+        "InPlace/Savepointing",
+        &target,
+        None,
+    );
+    let mut wrong = old.clone();
+    if let Some(u) = wrong.upgrade.as_mut() {
+        u.step = "InPlace/Restoring".into();
+    }
+    let observed = Observed::new(chrono::DateTime::from_timestamp(1_000, 0).unwrap());
+    let bad = Decision {
+        actions: vec![Action::DeletePod { name: "p".into() }],
+        status: wrong,
+        events: Vec::new(),
+        requeue_after: Duration::from_secs(1),
+        outcome: None,
+        savepoints_completed: Vec::new(),
+    };
+    let d = guard_transition(&old, bad, &observed);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(stage_of(&d).as_deref(), Some("InPlace/Savepointing"));
+    let c = d
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .expect("Degraded condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "IllegalTransition")
+    );
+    assert!(
+        c.message
+            .contains("InPlace/Savepointing -> InPlace/Restoring"),
+        "{}",
+        c.message
+    );
+    assert_eq!(d.events[0].reason, "IllegalTransition");
+    // a declared move goes through untouched
+    let mut right = old.clone();
+    if let Some(u) = right.upgrade.as_mut() {
+        u.step = "InPlace/Stopped".into();
+    }
+    let ok = Decision {
+        actions: Vec::new(),
+        status: right.clone(),
+        events: Vec::new(),
+        requeue_after: Duration::from_secs(1),
+        outcome: None,
+        savepoints_completed: Vec::new(),
+    };
+    assert_eq!(guard_transition(&old, ok, &observed).status, right);
+}

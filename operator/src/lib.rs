@@ -6,6 +6,12 @@
 pub mod control;
 pub mod controller;
 pub mod decide;
+pub mod disposal;
+#[cfg(test)]
+mod fuzz;
+#[cfg(test)]
+#[path = "../../crds/src/fuzz_loop.rs"]
+mod fuzz_loop;
 pub mod leader;
 pub mod metrics;
 pub mod pod_security;
@@ -31,6 +37,10 @@ pub enum Error {
     #[error("StreamJob object: {0}")]
     Object(String),
 
+    /// The job's token Secret exists but holds no usable token.
+    #[error("token Secret: {0}")]
+    TokenSecret(String),
+
     /// Adding or removing the finalizer failed.
     #[error("finalizer: {0}")]
     Finalizer(String),
@@ -48,6 +58,7 @@ impl Error {
             Error::Control(_) => "control",
             Error::Serialize(_) => "serialize",
             Error::Object(_) => "object",
+            Error::TokenSecret(_) => "token_secret",
             Error::Finalizer(_) => "finalizer",
             Error::Server(_) => "server",
         }

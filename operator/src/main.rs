@@ -184,6 +184,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         namespaces: args.namespaces.clone(),
         instance: identity,
+        home_namespace: std::env::var("POD_NAMESPACE").ok(),
         control_timeout,
         runtime_resources,
     };

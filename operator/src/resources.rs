@@ -431,7 +431,7 @@ pub fn dispose_pod(
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()
     };
-    pod_from_template(
+    let mut pod = pod_from_template(
         owner,
         name,
         Some(PodRole::Dispose),
@@ -439,7 +439,12 @@ pub fn dispose_pod(
         spec,
         container,
         "Never",
-    )
+    );
+    if let Some(s) = pod.spec.as_mut() {
+        // A disposal that hangs (a store that never answers) ends; the finalizer then lets go.
+        s.active_deadline_seconds = Some(crate::disposal::DISPOSE_DEADLINE_SECONDS);
+    }
+    pod
 }
 
 #[cfg(test)]

@@ -120,6 +120,26 @@ fn conflict(message: String) -> Response {
         .into_response()
 }
 
+/// Requests the control API serves at once (authenticated or not); more get 503 at once. The
+/// operator sends a handful at a time; a flood must not starve the job of memory or the operator
+/// of answers.
+pub const MAX_IN_FLIGHT: usize = 32;
+
+async fn in_flight(
+    State(limit): State<Arc<tokio::sync::Semaphore>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match limit.try_acquire() {
+        Ok(_permit) => next.run(req).await,
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("more than {MAX_IN_FLIGHT} control requests at once; try again"),
+        )
+            .into_response(),
+    }
+}
+
 async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(token) = &st.token {
         let ok = req
@@ -257,7 +277,11 @@ pub fn router(shared: Arc<Shared>, token: Option<String>, stores: JobStores) -> 
         .route("/v1/start", post(start))
         .route("/v1/cancel", post(cancel))
         .route("/metrics", get(metrics))
-        .layer(middleware::from_fn_with_state(st.clone(), auth));
+        .layer(middleware::from_fn_with_state(st.clone(), auth))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            in_flight,
+        ));
     Router::new()
         .route("/healthz", get(healthz))
         .merge(api)

@@ -17,6 +17,11 @@ pub mod coordinator;
 pub mod dead_letter;
 pub mod error;
 pub mod fence;
+#[cfg(test)]
+mod fuzz;
+#[cfg(test)]
+#[path = "../../crds/src/fuzz_loop.rs"]
+mod fuzz_loop;
 pub mod graph;
 pub mod keygroups;
 pub mod metrics;

@@ -20,6 +20,8 @@ commands:
   soak       a StreamJob under >= 200 random faults, checked exactly-once
              (--quick: 16 faults; --faults N, --seed S)
   bench      benchmarks (add --quick for a short run)
+  fuzz       the property tests of every parser fed from outside, each run as a fuzz target
+             for a bounded time (--seconds N per target, default 60)
   ci         what .ci/run does: lint, then test";
 
 fn main() -> ExitCode {
@@ -39,6 +41,7 @@ fn main() -> ExitCode {
         "install" => install(),
         "soak" => soak(rest),
         "bench" => bench(rest),
+        "fuzz" => fuzz(rest),
         "ci" => lint().and_then(|()| test()),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
@@ -274,6 +277,31 @@ fn e2e() -> Result<(), String> {
         "--",
         "--test-threads=1",
     ]))
+}
+
+/// The fuzz targets (`fuzz_*` in each crate's `src/fuzz.rs`): proptest strategies over arbitrary
+/// and mutated inputs, run in batches until `STREAMJOB_FUZZ_SECONDS` have passed per target; each
+/// prints `fuzz <target>: <cases> cases in <secs> s, no failure`, a failure its shrunk input.
+/// One target at a time (the time bound is per target); every crate runs even if one fails.
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let seconds = match args {
+        [] => 60,
+        [flag, n] if flag == "--seconds" => n
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("--seconds takes a positive number, not {n:?}"))?,
+        other => {
+            return Err(format!(
+                "usage: cargo xtask fuzz [--seconds N], not {other:?}"
+            ));
+        }
+    };
+    run(cargo()
+        .args(["test", "--locked", "--lib", "--no-fail-fast"])
+        .args(ENGINE)
+        .args(["--", "fuzz_", "--test-threads=1", "--nocapture"])
+        .env("STREAMJOB_FUZZ_SECONDS", seconds.to_string()))
 }
 
 /// The Kafka source next to a plain rdkafka consumer: the project's broker (`kafka-broker`,

@@ -66,11 +66,16 @@ impl DataPlane {
             waiting: Mutex::new(HashMap::new()),
             acceptor: OnceLock::new(),
         });
-        let guard = super::accept_loop(listener, &plane, "data", |p, stream, peer| async move {
-            if let Err(e) = p.accept(stream).await {
-                tracing::warn!(%peer, error = %e, "refused a data connection");
-            }
-        });
+        let guard = super::accept_loop(
+            listener,
+            &plane,
+            "data",
+            |p, stream, peer, handshake| async move {
+                if let Err(e) = p.accept(stream, handshake).await {
+                    tracing::warn!(%peer, error = %e, "refused a data connection");
+                }
+            },
+        );
         let _ = plane.acceptor.set(guard);
         Ok(plane)
     }
@@ -80,7 +85,7 @@ impl DataPlane {
         self.addr
     }
 
-    async fn accept(self: Arc<Self>, stream: TcpStream) -> Result<()> {
+    async fn accept(self: Arc<Self>, stream: TcpStream, handshake: super::Handshake) -> Result<()> {
         stream.set_nodelay(true)?;
         let mut reader = BufReader::new(stream);
         let header: ChannelHeader =
@@ -91,6 +96,7 @@ impl DataPlane {
         if !token_matches(header.token.as_deref(), self.token.as_deref()) {
             return Err(Error::Cluster("wrong token on a data connection".into()));
         }
+        drop(handshake);
         if header.spec_digest != self.spec_digest {
             return Err(Error::Cluster(format!(
                 "a data connection of another job spec ({} here, {} there)",
@@ -327,5 +333,39 @@ mod tests {
             );
             b.waiting.lock().unwrap().remove(&key(7));
         }
+    }
+
+    /// Peers without the token cannot hold more than `MAX_UNAUTHENTICATED` connections; the port
+    /// serves again once they go.
+    #[tokio::test]
+    async fn silent_peers_are_capped_before_authentication() {
+        use tokio::io::AsyncReadExt;
+        let b = plane(Some("t"), "d").await;
+        let addr = b.local_addr();
+        let mut silent = Vec::new();
+        for _ in 0..super::super::MAX_UNAUTHENTICATED {
+            silent.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // closed at once, long before the 10 s header timeout would close it
+        let mut extra = TcpStream::connect(addr).await.unwrap();
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut buf))
+            .await
+            .expect("the connection over the cap is closed at once");
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+        drop(silent);
+        // once the silent peers are gone, a new connection is held open for its header again
+        let mut served = false;
+        for _ in 0..50 {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            if tokio::time::timeout(Duration::from_millis(200), c.read(&mut buf))
+                .await
+                .is_err()
+            {
+                served = true;
+                break;
+            }
+        }
+        assert!(served, "the port serves again after the silent peers left");
     }
 }

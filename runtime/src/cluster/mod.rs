@@ -31,6 +31,16 @@ impl Drop for AcceptGuard {
     }
 }
 
+/// Connections accepted on one port that have not authenticated yet (no channel header, no
+/// worker hello with the right token). Each waits at most 10 s for its first frame; beyond this
+/// many at once, new ones are closed at once, so peers without the token cannot hold the process's
+/// memory or file descriptors. Authenticated connections do not count.
+pub const MAX_UNAUTHENTICATED: usize = 64;
+
+/// A place among the [`MAX_UNAUTHENTICATED`] connections of a port: drop it once the peer proved
+/// it holds the token.
+pub(crate) type Handshake = tokio::sync::OwnedSemaphorePermit;
+
 /// Accepts connections on `listener`, serving each on its own task with `serve`, for as long as
 /// `owner` lives (the loop holds it weakly, so dropping the owner ends it).
 pub(crate) fn accept_loop<T, F, Fut>(
@@ -41,16 +51,27 @@ pub(crate) fn accept_loop<T, F, Fut>(
 ) -> AcceptGuard
 where
     T: Send + Sync + 'static,
-    F: Fn(Arc<T>, TcpStream, SocketAddr) -> Fut + Send + 'static,
+    F: Fn(Arc<T>, TcpStream, SocketAddr, Handshake) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let owner: Weak<T> = Arc::downgrade(owner);
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_UNAUTHENTICATED));
     let task = tokio::spawn(async move {
+        let mut refused: u64 = 0;
         loop {
             match listener.accept().await {
                 Ok((stream, peer)) => {
                     let Some(o) = owner.upgrade() else { return };
-                    tokio::spawn(serve(o, stream, peer));
+                    let Ok(handshake) = handshakes.clone().try_acquire_owned() else {
+                        refused += 1;
+                        // one line per power of two: loud, without a log flood
+                        if refused.is_power_of_two() {
+                            tracing::warn!(%peer, refused, "{MAX_UNAUTHENTICATED} {what} connections are already authenticating; closing new ones");
+                        }
+                        drop(stream);
+                        continue;
+                    };
+                    tokio::spawn(serve(o, stream, peer, handshake));
                 }
                 Err(e) => {
                     // e.g. out of file descriptors: back off instead of spinning

@@ -437,6 +437,18 @@ fn push_frame(out: &mut Vec<u8>, tag: u8, payload: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// One step of the Arrow IPC decoder, with its panics turned into errors: arrow-ipc panics on some
+/// corrupted messages (found by runtime's fuzz target on frames) instead of returning an error. The
+/// channel is then closed and the attempt restarts from its checkpoint, as for any broken channel.
+fn guarded_decode(
+    d: &mut StreamDecoder,
+    buf: &mut Buffer,
+) -> Result<Option<arrow::record_batch::RecordBatch>> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.decode(buf)))
+        .map_err(|_| Error::Cluster("a corrupted Arrow batch frame (the decoder failed)".into()))?
+        .map_err(Error::from)
+}
+
 /// Decodes the frames of one channel back into elements.
 pub struct ElementDecoder {
     decoder: Option<StreamDecoder>,
@@ -458,7 +470,7 @@ impl ElementDecoder {
                 let mut d = StreamDecoder::new();
                 let mut buf = Buffer::from_vec(frame.payload);
                 while !buf.is_empty() {
-                    if d.decode(&mut buf)?.is_some() {
+                    if guarded_decode(&mut d, &mut buf)?.is_some() {
                         return Err(Error::Cluster("a stream header carried a batch".into()));
                     }
                 }
@@ -472,7 +484,7 @@ impl ElementDecoder {
                 let mut buf = Buffer::from_vec(frame.payload);
                 let mut batch = None;
                 while !buf.is_empty() {
-                    if let Some(b) = d.decode(&mut buf)? {
+                    if let Some(b) = guarded_decode(d, &mut buf)? {
                         batch = Some(b);
                     }
                 }

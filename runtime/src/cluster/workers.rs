@@ -103,11 +103,16 @@ impl Workers {
             acceptor: OnceLock::new(),
         });
         tracing::info!(%bound, workers = expected, "listening for workers");
-        let guard = super::accept_loop(listener, &workers, "worker", |w, stream, peer| {
-            let id = w.connections.fetch_add(1, Ordering::Relaxed) + 1;
-            let span = tracing::info_span!("worker-connection", %peer, connection = id);
-            w.serve(stream, id).instrument(span)
-        });
+        let guard = super::accept_loop(
+            listener,
+            &workers,
+            "worker",
+            |w, stream, peer, handshake| {
+                let id = w.connections.fetch_add(1, Ordering::Relaxed) + 1;
+                let span = tracing::info_span!("worker-connection", %peer, connection = id);
+                w.serve(stream, id, handshake).instrument(span)
+            },
+        );
         let _ = workers.acceptor.set(guard);
         Ok(workers)
     }
@@ -128,7 +133,12 @@ impl Workers {
         self.filled.send_replace(n);
     }
 
-    async fn serve(self: Arc<Self>, stream: TcpStream, connection: u64) {
+    async fn serve(
+        self: Arc<Self>,
+        stream: TcpStream,
+        connection: u64,
+        handshake: super::Handshake,
+    ) {
         if let Err(e) = stream.set_nodelay(true) {
             tracing::warn!(error = %e, "set_nodelay");
         }
@@ -152,6 +162,7 @@ impl Workers {
             };
         let (to_worker, mut outbox) = mpsc::unbounded_channel();
         let admitted = self.admit(hello, connection, to_worker);
+        drop(handshake);
         let (slot, name) = match admitted {
             Ok(x) => x,
             Err(reason) => {

@@ -1,0 +1,838 @@
+//! Property tests and time-bounded fuzz targets of what the operator reads from outside: the
+//! runtime's control API answers, termination messages, and the decision function fed
+//! arbitrary, stale and concurrent statuses and observations.
+//!
+//! `cargo test` runs a modest number of cases per target; with `STREAMJOB_FUZZ_SECONDS=N` (what
+//! `cargo xtask fuzz` sets) each target runs batches of cases for N seconds. A failure prints
+//! the shrunk input.
+#![allow(clippy::unwrap_used)]
+
+use std::fmt::Debug;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::test_runner::TestCaseError;
+
+use crate::fuzz_loop::fuzz;
+use streamjob_crds::hash::deployment_hash;
+use streamjob_crds::v1alpha1::{
+    CheckpointInfo, DeploymentStatus, JobState, PendingSavepoint, Phase, SavepointInfo,
+    StartedFrom, StreamJob, StreamJobSpec, StreamJobStatus, UpgradeStatus, UpgradeStrategy,
+};
+
+use crate::control::{JobStatus, RestoredFrom, RunState, SavepointState, Snapshot, SourceProblem};
+use crate::decide::{
+    Action, Decision, JobRef, Kind, Observed, PlanResult, PodObs, PodPhase, PodRole, RuntimeObs,
+    Stage, Step, decide, legal, plan_result, savepoint_from_message,
+};
+
+// ---------------------------------------------------------------------------------------------
+// The loop and byte mutations (the loop itself: fuzz_loop.rs, shared by every crate)
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Edit {
+    Flip(Index, u8),
+    Insert(Index, u8),
+    Delete(Index),
+    Truncate(Index),
+    Special(Index, u8),
+}
+
+fn edits() -> impl Strategy<Value = Vec<Edit>> {
+    const SPECIAL: &[u8] = b"\"{}[],:\\0-.e\n";
+    let edit = prop_oneof![
+        (any::<Index>(), 0u8..8).prop_map(|(i, b)| Edit::Flip(i, b)),
+        (any::<Index>(), any::<u8>()).prop_map(|(i, b)| Edit::Insert(i, b)),
+        any::<Index>().prop_map(Edit::Delete),
+        any::<Index>().prop_map(Edit::Truncate),
+        (any::<Index>(), proptest::sample::select(SPECIAL)).prop_map(|(i, b)| Edit::Special(i, b)),
+    ];
+    proptest::collection::vec(edit, 1..5)
+}
+
+fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
+    for e in edits {
+        let n = bytes.len();
+        match e {
+            Edit::Flip(i, bit) if n > 0 => bytes[i.index(n)] ^= 1 << bit,
+            Edit::Insert(i, b) => bytes.insert(i.index(n + 1), *b),
+            Edit::Delete(i) if n > 0 => {
+                bytes.remove(i.index(n));
+            }
+            Edit::Truncate(i) => bytes.truncate(i.index(n + 1)),
+            Edit::Special(i, b) if n > 0 => bytes[i.index(n)] = *b,
+            _ => {}
+        }
+    }
+    bytes
+}
+
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![3 => "[a-z0-9/_.:-]{0,16}", 1 => "\\PC{0,24}"]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Control API answers
+// ---------------------------------------------------------------------------------------------
+
+fn run_state() -> impl Strategy<Value = RunState> {
+    proptest::sample::select(vec![
+        RunState::Created,
+        RunState::Standby,
+        RunState::Restoring,
+        RunState::Running,
+        RunState::Stopping,
+        RunState::Finished,
+        RunState::Failed,
+        RunState::Restarting,
+        RunState::Cancelled,
+        RunState::Unknown,
+    ])
+}
+
+fn snapshot(paths: Vec<String>) -> impl Strategy<Value = Snapshot> {
+    (
+        proptest::option::of(any::<u64>()),
+        proptest::sample::select(paths),
+        proptest::option::of(text()),
+        proptest::option::of(any::<u64>()),
+    )
+        .prop_map(|(id, path, completed_at, duration_ms)| Snapshot {
+            id,
+            path,
+            completed_at,
+            duration_ms,
+        })
+}
+
+fn job_status() -> impl Strategy<Value = JobStatus> {
+    let paths = vec![
+        "s3://b/ck/clicks/5".to_string(),
+        "s3://b/ck/clicks/6".to_string(),
+        "s3://b/sp/clicks/savepoint-7".to_string(),
+        String::new(),
+    ];
+    (
+        run_state(),
+        proptest::option::of((
+            text(),
+            proptest::option::of(proptest::sample::select(paths.clone())),
+        )),
+        proptest::option::of(snapshot(paths.clone())),
+        proptest::option::of(snapshot(paths)),
+        (any::<u64>(), any::<u64>(), any::<i32>(), any::<u64>()),
+        proptest::option::of(text()),
+        proptest::collection::vec((text(), text()), 0..3),
+        proptest::option::of(any::<i64>()),
+    )
+        .prop_map(
+            |(
+                state,
+                restored,
+                latest,
+                last_sp,
+                (rin, rout, rate, restarts),
+                failure,
+                problems,
+                lag,
+            )| {
+                JobStatus {
+                    state,
+                    restored_from: restored.map(|(kind, path)| RestoredFrom { kind, path }),
+                    latest_checkpoint: latest,
+                    last_savepoint: last_sp,
+                    records_in: rin,
+                    records_out: rout,
+                    // exact in binary: JSON carries it unchanged
+                    records_in_per_second: f64::from(rate) / 4.0,
+                    restarts,
+                    failure,
+                    problems: problems
+                        .into_iter()
+                        .map(|(uid, message)| SourceProblem { uid, message })
+                        .collect(),
+                    consumer_lag: lag,
+                }
+            },
+        )
+}
+
+/// `GET /v1/status` answers: what a runtime sends reads back equal; mutated answers read or are
+/// refused, never a panic.
+#[test]
+fn fuzz_control_status() {
+    fuzz(
+        "control_status",
+        256,
+        (job_status(), edits()),
+        |(js, edits)| {
+            let bytes = serde_json::to_vec(&js).unwrap();
+            let back: JobStatus = serde_json::from_slice(&bytes).unwrap();
+            prop_assert_eq!(&back, &js);
+            let _ = serde_json::from_slice::<JobStatus>(&apply(bytes, &edits));
+            Ok(())
+        },
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Termination messages
+// ---------------------------------------------------------------------------------------------
+
+/// Log lines that are not a savepoint message.
+fn noise() -> impl Strategy<Value = Vec<String>> {
+    proptest::collection::vec(
+        prop_oneof![
+            "[a-zA-Z0-9 :=.,]{0,40}",
+            Just("{\"level\":\"INFO\",\"fields\":{\"message\":\"stopped\"}}".to_string()),
+            Just("error: the store is unreachable".to_string()),
+        ],
+        0..3,
+    )
+}
+
+/// The runtime's plan report (`runtime/src/termination.rs`) as it writes it.
+fn plan_report(ops: &[(String, u8)]) -> String {
+    let statuses = ["restored", "new", "dropped", "incompatible"];
+    serde_json::json!({
+        "compatible": false,
+        "path": "s3://b/sp/clicks/savepoint-7",
+        "operators": ops.iter().map(|(uid, s)| serde_json::json!({
+            "uid": uid, "status": statuses[usize::from(*s % 4)], "reason": "state type changed"
+        })).collect::<Vec<_>>(),
+    })
+    .to_string()
+}
+
+/// Termination messages: the savepoint path written by a runtime (JSON, or the `savepoint:` line
+/// of its output) is read back exactly, after any log lines; an incompatible plan names every
+/// refused uid; any message yields a plan result, never a panic.
+#[test]
+fn fuzz_termination_messages() {
+    let ops = proptest::collection::vec(("[a-z0-9-]{1,12}", any::<u8>()), 0..6);
+    let inputs = ("\\PC{1,40}", noise(), ops, "\\PC{0,200}", any::<i32>());
+    fuzz(
+        "termination_messages",
+        512,
+        inputs,
+        |(path, before, ops, garbage, code)| {
+            let json = serde_json::json!({ "savepoint": path }).to_string();
+            let message = [before.clone(), vec![json]].concat().join("\n");
+            prop_assert_eq!(savepoint_from_message(&message), Some(path.clone()));
+            if !path.contains(['\n', '\r']) && !path.trim().is_empty() {
+                let line = [before.clone(), vec![format!("savepoint: {path}")]]
+                    .concat()
+                    .join("\n");
+                prop_assert_eq!(savepoint_from_message(&line), Some(path.trim().to_string()));
+            }
+            let _ = savepoint_from_message(&garbage);
+
+            let mut pod = PodObs::new("clicks-plan", PodRole::Plan, PodPhase::Failed);
+            pod.exit_code = Some(3);
+            pod.message = Some(plan_report(&ops));
+            match plan_result(&pod) {
+                PlanResult::Incompatible(why) => {
+                    for (uid, _) in ops.iter().filter(|(_, s)| s % 4 == 3) {
+                        prop_assert!(
+                            why.contains(&format!("uid {uid}: incompatible")),
+                            "{} not named: {}",
+                            uid,
+                            why
+                        );
+                    }
+                }
+                other => prop_assert!(false, "exit 3 read as {:?}", other),
+            }
+            for message in [Some(garbage), None] {
+                for phase in [PodPhase::Failed, PodPhase::Succeeded, PodPhase::Running] {
+                    let mut pod = PodObs::new("clicks-plan", PodRole::Plan, phase);
+                    pod.exit_code = Some(code);
+                    pod.message = message.clone();
+                    let _ = plan_result(&pod);
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
+/// As the controller reads a plan pod without a termination message: its log tail, where JSON
+/// log lines may follow the report.
+#[test]
+fn fuzz_plan_report_in_a_log_tail() {
+    let ops = proptest::collection::vec(("[a-z0-9-]{1,12}", Just(3u8)), 1..4);
+    fuzz(
+        "plan_report_in_a_log_tail",
+        64,
+        (noise(), ops, noise()),
+        |(before, ops, after)| {
+            let mut pod = PodObs::new("clicks-plan", PodRole::Plan, PodPhase::Failed);
+            pod.exit_code = Some(3);
+            pod.message = Some([before, vec![plan_report(&ops)], after].concat().join("\n"));
+            match plan_result(&pod) {
+                PlanResult::Incompatible(why) => {
+                    for (uid, _) in &ops {
+                        prop_assert!(
+                            why.contains(&format!("uid {uid}: incompatible")),
+                            "{} not named: {}",
+                            uid,
+                            why
+                        );
+                    }
+                }
+                other => prop_assert!(false, "exit 3 read as {:?}", other),
+            }
+            Ok(())
+        },
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The decision function
+// ---------------------------------------------------------------------------------------------
+
+const OLD: &str = "clicks-old";
+const NEW: &str = "clicks-new";
+
+fn base_spec() -> StreamJobSpec {
+    let yaml = r#"
+apiVersion: streamjob.io/v1alpha1
+kind: StreamJob
+metadata: {name: clicks}
+spec:
+  image: runtime:1
+  parallelism: 2
+  checkpoints: {dir: s3://b/ck/clicks}
+  savepoints: {dir: s3://b/sp/clicks, history: {maxCount: 3}}
+  pipeline:
+    - uid: gen
+      source: {generator: {keys: 10}}
+    - uid: out
+      print: {}
+"#;
+    StreamJob::from_yaml(yaml).unwrap().spec
+}
+
+/// The specs a job may have: the deployed one, an upgrade, a rescale, shadow, suspended, and an
+/// invalid one.
+fn specs() -> Vec<StreamJobSpec> {
+    let base = base_spec();
+    let mut image = base.clone();
+    image.image = "runtime:2".into();
+    let mut rescale = base.clone();
+    rescale.parallelism = 3;
+    let mut shadow = image.clone();
+    shadow.upgrade.strategy = UpgradeStrategy::Shadow;
+    let mut suspended = base.clone();
+    suspended.state = JobState::Suspended;
+    let mut invalid = base.clone();
+    invalid.parallelism = 0;
+    vec![base, image, rescale, shadow, suspended, invalid]
+}
+
+fn t(secs: i64) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+        + chrono::Duration::seconds(secs)
+}
+
+fn ts(secs: i64) -> String {
+    t(secs).to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn stage_names() -> Vec<String> {
+    let mut out = Vec::new();
+    for k in ["InPlace", "Shadow", "Suspend", "Resume", "Rollback"] {
+        for s in [
+            "Planning",
+            "Blocked",
+            "StartingStandby",
+            "Savepointing",
+            "Stopped",
+            "Restoring",
+            "RolledBack",
+            "Aborted",
+            "Suspended",
+        ] {
+            // only stages the machine can reach (as decide_tests' all_stages); unreachable ones
+            // are read like garbage below
+            let name = format!("{k}/{s}");
+            let stage = name.parse::<Stage>().ok();
+            if legal(None, stage)
+                || crate::decide::TRANSITIONS
+                    .iter()
+                    .any(|(_, to)| *to == stage)
+            {
+                out.push(name);
+            }
+        }
+    }
+    out.extend(["".into(), "InPlace".into(), "Bogus/Stopped".into()]);
+    out
+}
+
+/// A time as status holds it: valid (possibly far from now: stale), or garbage.
+fn time() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => (-100_000i64..100_000).prop_map(ts),
+        1 => Just("9999-12-31T23:59:59Z".to_string()),
+        1 => Just("1970-01-01T00:00:00Z".to_string()),
+        1 => text(),
+    ]
+}
+
+/// A spec hash, a spec as status records it (JSON), or garbage.
+fn hash_choice() -> impl Strategy<Value = String> {
+    let mut hashes: Vec<String> = specs()
+        .iter()
+        .filter_map(|s| deployment_hash(s).ok())
+        .collect();
+    hashes.push("deadbeef".into());
+    hashes.push(String::new());
+    proptest::sample::select(hashes)
+}
+
+fn spec_json_choice() -> impl Strategy<Value = String> {
+    let mut jsons: Vec<String> = specs()
+        .iter()
+        .map(|s| serde_json::to_string(s).unwrap())
+        .collect();
+    jsons.push("{not json".into());
+    jsons.push("{}".into());
+    proptest::sample::select(jsons)
+}
+
+fn pod_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => proptest::sample::select(vec![OLD.to_string(), NEW.to_string()]),
+        1 => "clicks-[a-z0-9-]{1,10}",
+    ]
+}
+
+fn sp_path() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => proptest::sample::select(vec![
+            "s3://b/sp/clicks/savepoint-7".to_string(),
+            "s3://b/sp/clicks/savepoint-8".to_string(),
+            "s3://b/ck/clicks/5".to_string(),
+        ]),
+        1 => text(),
+    ]
+}
+
+fn savepoint_info() -> impl Strategy<Value = SavepointInfo> {
+    (
+        sp_path(),
+        proptest::option::of(time()),
+        proptest::option::of(text()),
+        proptest::option::of(hash_choice()),
+    )
+        .prop_map(|(path, time, reason, spec_hash)| SavepointInfo {
+            path,
+            time,
+            reason,
+            spec_hash,
+        })
+}
+
+fn status(epochs: Vec<u64>) -> impl Strategy<Value = StreamJobStatus> {
+    let phase = proptest::option::of(proptest::sample::select(vec![
+        Phase::Deploying,
+        Phase::Running,
+        Phase::Upgrading,
+        Phase::RollingBack,
+        Phase::Suspended,
+        Phase::Finished,
+        Phase::Failed,
+    ]));
+    let deployment = proptest::option::of(
+        (
+            hash_choice(),
+            proptest::option::of(0u32..5),
+            proptest::sample::select(vec![
+                StartedFrom::Empty,
+                StartedFrom::Savepoint,
+                StartedFrom::Checkpoint,
+            ]),
+            proptest::option::of(sp_path()),
+            proptest::option::of(pod_name()),
+            proptest::option::of(time()),
+        )
+            .prop_map(
+                |(spec_hash, parallelism, started_from, path, workload, started_at)| {
+                    DeploymentStatus {
+                        spec_hash,
+                        image: "runtime:1".into(),
+                        parallelism,
+                        started_from,
+                        path,
+                        workload,
+                        started_at,
+                    }
+                },
+            ),
+    );
+    let upgrade = proptest::option::of(
+        (
+            proptest::option::of(hash_choice()),
+            hash_choice(),
+            proptest::option::of(spec_json_choice()),
+            proptest::sample::select(stage_names()),
+            (time(), proptest::option::of(time())),
+            proptest::option::of(sp_path()),
+        )
+            .prop_map(
+                |(from, to, target_spec, step, (started_at, step_started_at), savepoint)| {
+                    UpgradeStatus {
+                        from,
+                        to,
+                        target_spec,
+                        step,
+                        started_at,
+                        step_started_at,
+                        savepoint,
+                        message: None,
+                    }
+                },
+            ),
+    );
+    let pending = proptest::option::of(
+        (
+            text(),
+            proptest::sample::select(vec![
+                "upgrade".to_string(),
+                "suspend".into(),
+                "periodic".into(),
+                "manual".into(),
+                "x".into(),
+            ]),
+            any::<bool>(),
+            time(),
+        )
+            .prop_map(|(request_id, reason, stop, started_at)| PendingSavepoint {
+                request_id,
+                reason,
+                stop,
+                started_at,
+            }),
+    );
+    let extremes = proptest::sample::select(epochs);
+    (
+        (phase, proptest::option::of(any::<i64>())),
+        deployment,
+        (
+            proptest::option::of(hash_choice()),
+            proptest::option::of(spec_json_choice()),
+        ),
+        proptest::option::of((
+            extremes.clone(),
+            proptest::option::of(sp_path()),
+            proptest::option::of(time()),
+        )),
+        (
+            proptest::option::of(savepoint_info()),
+            proptest::collection::vec(savepoint_info(), 0..4),
+        ),
+        (proptest::option::of(any::<i64>()), pending, upgrade),
+        proptest::option::of(extremes),
+    )
+        .prop_map(
+            |(
+                (phase, observed_generation),
+                deployment,
+                (last_stable_spec_hash, last_stable_spec),
+                ck,
+                (last_savepoint, savepoint_history),
+                (last_handled_nonce, pending_savepoint, upgrade),
+                epoch,
+            )| {
+                StreamJobStatus {
+                    phase,
+                    observed_generation,
+                    deployment,
+                    last_stable_spec_hash,
+                    last_stable_spec,
+                    last_checkpoint: ck.map(|(id, path, time)| CheckpointInfo { id, path, time }),
+                    last_savepoint,
+                    savepoint_history,
+                    last_handled_nonce,
+                    pending_savepoint,
+                    upgrade,
+                    epoch,
+                    ..Default::default()
+                }
+            },
+        )
+}
+
+fn pod() -> impl Strategy<Value = PodObs> {
+    let phase = proptest::sample::select(vec![
+        PodPhase::Pending,
+        PodPhase::Running,
+        PodPhase::Succeeded,
+        PodPhase::Failed,
+        PodPhase::Unknown,
+    ]);
+    let role = proptest::sample::select(vec![PodRole::Runtime, PodRole::Plan, PodRole::Dispose]);
+    let message = proptest::option::of(prop_oneof![
+        sp_path().prop_map(|p| serde_json::json!({ "savepoint": p }).to_string()),
+        Just(plan_report(&[("gen".into(), 3)])),
+        text(),
+    ]);
+    (
+        (pod_name(), role, phase),
+        (
+            proptest::option::of(hash_choice()),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        prop_oneof![Just(0i32), Just(1), Just(3), Just(i32::MAX), Just(-1)],
+        proptest::option::of(proptest::sample::select(vec![
+            "CrashLoopBackOff".to_string(),
+            "ImagePullBackOff".into(),
+            "x".into(),
+        ])),
+        proptest::option::of(prop_oneof![
+            Just(0i32),
+            Just(1),
+            Just(2),
+            Just(3),
+            Just(137),
+            any::<i32>()
+        ]),
+        message,
+        proptest::option::of(Just("10.0.0.1".to_string())),
+    )
+        .prop_map(
+            |(
+                (name, role, phase),
+                (spec_hash, ready, terminating),
+                restarts,
+                waiting_reason,
+                exit_code,
+                message,
+                ip,
+            )| {
+                let mut p = PodObs::new(&name, role, phase);
+                p.spec_hash = spec_hash;
+                p.ready = ready;
+                p.terminating = terminating;
+                p.restarts = restarts;
+                p.waiting_reason = waiting_reason;
+                p.exit_code = exit_code;
+                p.message = message;
+                p.ip = ip;
+                p
+            },
+        )
+}
+
+fn observed() -> impl Strategy<Value = Observed> {
+    let runtime = proptest::collection::vec(
+        (
+            pod_name(),
+            prop_oneof![
+                1 => text().prop_map(RuntimeObs::Unreachable),
+                3 => job_status().prop_map(|j| RuntimeObs::Status(Box::new(j))),
+            ],
+        ),
+        0..3,
+    );
+    let savepoint = proptest::option::of(prop_oneof![
+        Just(SavepointState::Pending),
+        sp_path().prop_map(|path| SavepointState::Completed { path }),
+        text().prop_map(|error| SavepointState::Failed { error }),
+    ]);
+    (
+        -100_000i64..100_000,
+        proptest::option::of(any::<i64>()),
+        proptest::collection::vec(pod(), 0..4),
+        runtime,
+        savepoint,
+        proptest::collection::btree_set(hash_choice(), 0..3),
+        proptest::option::of(sp_path()),
+    )
+        .prop_map(
+            |(now, generation, pods, runtime, savepoint, config_hashes, recovered_savepoint)| {
+                let mut o = Observed::new(t(now));
+                o.generation = generation;
+                o.pods = pods;
+                o.runtime = runtime;
+                o.savepoint = savepoint;
+                o.config_hashes = config_hashes;
+                o.recovered_savepoint = recovered_savepoint;
+                o
+            },
+        )
+}
+
+fn stage(status: &StreamJobStatus) -> Option<Result<Stage, String>> {
+    status.upgrade.as_ref().map(|u| u.step.parse::<Stage>())
+}
+
+/// The invariants `decide_tests.rs` checks on its table, for any input.
+fn check(status: &StreamJobStatus, obs: &Observed, d: &Decision) -> Result<(), TestCaseError> {
+    // legal moves only; a stage the operator cannot read is kept for a human, never invented
+    match (stage(status), stage(&d.status)) {
+        (Some(Err(_)), Some(Err(_))) => {}
+        (Some(Err(e)), after) => prop_assert!(
+            after.is_none() || after.as_ref().is_some_and(Result::is_ok),
+            "{}",
+            e
+        ),
+        (before, after) => {
+            let before = before.map(|s| s.unwrap());
+            prop_assert!(
+                after.as_ref().is_none_or(Result::is_ok),
+                "wrote an unreadable stage {:?}",
+                d.status.upgrade
+            );
+            let after = after.map(|s| s.unwrap());
+            prop_assert!(
+                legal(before, after),
+                "illegal transition {:?} -> {:?}",
+                before,
+                after
+            );
+        }
+    }
+    // WAL: old pods are never deleted before the state they hold is recorded
+    if let (Some(old), Some(Ok(stage))) = (
+        status.deployment.as_ref().and_then(|d| d.workload.clone()),
+        stage(status),
+    ) {
+        let guarded = match stage.kind {
+            Kind::InPlace | Kind::Suspend => {
+                matches!(stage.step, Step::Planning | Step::Savepointing)
+            }
+            Kind::Shadow => stage.step != Step::Restoring,
+            _ => false,
+        };
+        let failed = obs.pod(&old).is_some_and(|p| p.phase == PodPhase::Failed)
+            || obs
+                .job(&old)
+                .is_some_and(|j| matches!(j.state, RunState::Failed | RunState::Standby));
+        if guarded && !failed {
+            prop_assert!(
+                !d.actions.contains(&Action::DeletePod { name: old.clone() }),
+                "{}: deleted the old pod {} before the WAL allows it: {:?}",
+                stage,
+                old,
+                d.actions
+            );
+        }
+    }
+    // fencing: every run started gets a new epoch above the recorded one, status covers them
+    // all, and a Cancel always precedes its pod's deletion
+    let mut last = status.epoch.unwrap_or(0);
+    let mut started = false;
+    for (i, a) in d.actions.iter().enumerate() {
+        let epoch = match a {
+            Action::CreatePod(p) => Some(p.epoch),
+            Action::Start { epoch, .. } => Some(*epoch),
+            Action::Cancel { pod } => {
+                prop_assert!(
+                    d.actions[i..]
+                        .iter()
+                        .any(|b| matches!(b, Action::DeletePod { name } if name == pod)),
+                    "Cancel of {} without its deletion",
+                    pod
+                );
+                None
+            }
+            _ => None,
+        };
+        if let Some(e) = epoch {
+            prop_assert!(e > last, "epoch {} not above {}", e, last);
+            last = e;
+            started = true;
+        }
+    }
+    if started {
+        prop_assert_eq!(d.status.epoch, Some(last), "status.epoch");
+    }
+    // kstatus: Stalled exactly when the job needs its user, never Stalled and Reconciling
+    let is = |c: &str| {
+        d.status
+            .conditions
+            .iter()
+            .any(|x| x.type_ == c && x.status == "True")
+    };
+    let has = |c: &str| d.status.conditions.iter().any(|x| x.type_ == c);
+    if has("Stalled") && has("SpecValid") {
+        let needs_user = is("UpgradeBlocked")
+            || is("RolledBack")
+            || !is("SpecValid")
+            || d.status.phase == Some(Phase::Failed)
+            || d.status
+                .upgrade
+                .as_ref()
+                .is_some_and(|u| u.step.ends_with("/Aborted"));
+        prop_assert_eq!(
+            is("Stalled"),
+            needs_user,
+            "Stalled {:?}",
+            d.status.conditions
+        );
+        prop_assert!(
+            !(is("Stalled") && is("Reconciling")),
+            "Stalled and Reconciling"
+        );
+    }
+    Ok(())
+}
+
+/// `decide` fed arbitrary and stale statuses (stages, savepoints, epochs and times at their
+/// extremes, times after `now`) and arbitrary observations: no panic, legal moves only, the WAL
+/// and fencing invariants hold, two replicas deciding on the same inputs agree, and the status
+/// it writes is a valid input for the next decision.
+#[test]
+fn fuzz_decide() {
+    let specs = specs();
+    let inputs = (0..specs.len(), status(vec![0, 1, 5, 1 << 62]), observed());
+    let job = JobRef {
+        name: "clicks".into(),
+        namespace: "ns".into(),
+    };
+    fuzz("decide", 128, inputs, |(spec, status, obs)| {
+        let spec = &specs[spec];
+        let d = decide(&job, spec, &status, &obs);
+        check(&status, &obs, &d)?;
+        // a concurrent replica deciding on the same (possibly stale) inputs agrees
+        prop_assert_eq!(&decide(&job, spec, &status, &obs), &d);
+        // the status it wrote, read again with the same world
+        let next = decide(&job, spec, &d.status, &obs);
+        check(&d.status, &obs, &next)?;
+        Ok(())
+    });
+}
+
+/// Epochs at the top of their range (a status written by hand, or corrupted).
+#[test]
+fn fuzz_decide_epoch_at_the_limit() {
+    let specs = specs();
+    let inputs = (
+        0..specs.len(),
+        status(vec![u64::MAX - 1, u64::MAX]),
+        observed(),
+    );
+    let job = JobRef {
+        name: "clicks".into(),
+        namespace: "ns".into(),
+    };
+    fuzz(
+        "decide_epoch_at_the_limit",
+        64,
+        inputs,
+        |(spec, status, obs)| {
+            let d = decide(&job, &specs[spec], &status, &obs);
+            check(&status, &obs, &d)?;
+            let next = decide(&job, &specs[spec], &d.status, &obs);
+            check(&d.status, &obs, &next)?;
+            Ok(())
+        },
+    );
+}
