@@ -183,7 +183,7 @@ fn tags(d: &Decision) -> Vec<String> {
 }
 
 /// The chart's Argo CD health check, shipped for `resource.customizations.health`.
-const ARGOCD_HEALTH: &str = include_str!("../../charts/streamjob-operator/argocd/health.lua");
+const ARGOCD_HEALTH: &str = include_str!("../../../charts/streamjob-operator/argocd/health.lua");
 
 /// (health status, message) of the Argo CD health check for a StreamJob with `status` at
 /// `generation`, run by a Lua 5.4 interpreter as Argo CD does.
@@ -231,8 +231,19 @@ fn run(spec: &StreamJobSpec, status: &StreamJobStatus, obs: &Observed) -> Decisi
         legal(before, after),
         "illegal transition {before:?} -> {after:?}"
     );
+    // every move went through move_to and was declared (else the decision is refused)
+    assert_no_refusal(&d);
     wal_invariant(status, obs, &d);
     d
+}
+
+/// The decision was not refused as an undeclared move or a stage written around `move_to`.
+fn assert_no_refusal(d: &Decision) {
+    assert!(
+        !d.events.iter().any(|e| e.reason == "IllegalTransition"),
+        "refused: {:?}",
+        d.status.message
+    );
 }
 
 /// Old pods are never deleted before the state they hold is recorded in the persisted status.
@@ -2666,6 +2677,7 @@ fn every_stage_and_event_makes_a_legal_move() {
                         legal(stage, after),
                         "{stage:?} + {spec_name} + {ev_name} (pending {pend}): illegal move to {after:?}"
                     );
+                    assert_no_refusal(&d);
                     wal_invariant(&st, &o, &d);
                     // The status the decision writes always reads back.
                     let json = serde_json::to_string(&d.status).unwrap();
@@ -2884,4 +2896,29 @@ fn an_undeclared_transition_is_refused_at_run_time() {
         savepoints_completed: Vec::new(),
     };
     assert_eq!(guard_transition(&old, ok, &observed).status, right);
+}
+
+/// docs/upgrades.md carries the declared machine verbatim, so code and docs cannot drift.
+/// `STREAMJOB_BLESS=1 cargo test … docs_show_the_declared_machine` rewrites the block.
+#[test]
+fn docs_show_the_declared_machine() {
+    const BEGIN: &str = "<!-- BEGIN generated from operator/src/decide/machine.rs -->\n";
+    const END: &str = "<!-- END generated -->";
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/upgrades.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let (Some(a), Some(b)) = (doc.find(BEGIN), doc.find(END)) else {
+        panic!("{} lacks the {BEGIN:?} … {END:?} markers", path.display());
+    };
+    let want = mermaid();
+    let have = &doc[a + BEGIN.len()..b];
+    if have != want {
+        if std::env::var("STREAMJOB_BLESS").is_ok() {
+            let new = format!("{}{BEGIN}{want}{}", &doc[..a], &doc[b..]);
+            std::fs::write(&path, new).unwrap();
+            return;
+        }
+        panic!(
+            "docs/upgrades.md shows another state machine than TRANSITIONS; run with STREAMJOB_BLESS=1 to rewrite it. Expected:\n{want}"
+        );
+    }
 }

@@ -1,0 +1,543 @@
+//! The reconcile loop: observe (API + runtime control API) → [`decide`] (pure) → act, with the
+//! status written by server-side apply under one field manager.//!
+//! By role: this file runs the loop and one reconcile; [`observe`], [`act`], `cleanup` (deletion
+//! and the finalizer) and `token` (the control token Secret) hold the rest.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceRequirements, Secret};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use rand::Rng;
+use rand::distr::Alphanumeric;
+use streamjob_crds::hash::deployment_hash;
+use streamjob_crds::units::parse_duration;
+use streamjob_crds::v1alpha1::{API_VERSION, KIND, StreamJob, StreamJobStatus};
+use tracing::Instrument;
+
+use crate::control::{ControlApi, Endpoint, SavepointRequest, SavepointState};
+use crate::decide::{
+    self, Action, Decision, JobRef, LABEL_HASH, LABEL_ROLE, MANAGER, Observed, PodObs, PodPhase,
+    PodRole, RuntimeObs, decide,
+};
+use crate::disposal::{self, Disposal};
+use crate::metrics::Metrics;
+use crate::resources::{self, Owner, TOKEN_KEY};
+use crate::workers;
+use crate::{Error, Result};
+
+/// Finalizer present only while `spec.savepoints.disposeOnDelete` is set.
+pub const FINALIZER: &str = "streamjob.io/dispose-savepoints";
+
+/// Operator settings from the command line.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub control_port: u16,
+    pub concurrency: u16,
+    /// Empty: all namespaces.
+    pub namespaces: Vec<String>,
+    /// Events' reporting instance (the pod name).
+    pub instance: String,
+    /// The operator pod's namespace (`POD_NAMESPACE`): Events about StreamJobs whose own namespace
+    /// is being deleted are recorded on the operator pod there, where they outlive that namespace.
+    pub home_namespace: Option<String>,
+    /// Timeout of one control API call.
+    pub control_timeout: Duration,
+    /// Resources of the runtime container where a StreamJob's podTemplate sets none.
+    pub runtime_resources: Option<ResourceRequirements>,
+}
+
+/// Shared state of the reconcilers.
+pub struct Context<C: ControlApi> {
+    pub client: Client,
+    pub control: C,
+    pub metrics: Metrics,
+    pub recorder: Recorder,
+    pub settings: Settings,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl<C: ControlApi> Context<C> {
+    pub fn new(client: Client, control: C, metrics: Metrics, settings: Settings) -> Self {
+        let reporter = Reporter {
+            controller: MANAGER.into(),
+            instance: Some(settings.instance.clone()),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            control,
+            metrics,
+            settings,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.failures.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs the controllers (one per watched namespace, or one for all) until SIGTERM/Ctrl-C.
+pub async fn run<C: ControlApi>(ctx: Arc<Context<C>>) {
+    let client = ctx.client.clone();
+    let scopes: Vec<Option<String>> = if ctx.settings.namespaces.is_empty() {
+        vec![None]
+    } else {
+        ctx.settings.namespaces.iter().cloned().map(Some).collect()
+    };
+    let runs = scopes.into_iter().map(|ns| {
+        let (jobs, pods): (Api<StreamJob>, Api<Pod>) = match &ns {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (Api::all(client.clone()), Api::all(client.clone())),
+        };
+        let config = ControllerConfig::default()
+            .concurrency(ctx.settings.concurrency.max(1))
+            .debounce(Duration::from_millis(500));
+        // Our own progress writes (lastCheckpoint, conditions, message) do not trigger another
+        // reconcile; spec, metadata and upgrade-moving status changes do (see `trigger_digest`).
+        let (reader, writer) = kube::runtime::reflector::store();
+        let triggers = watcher(jobs, watcher::Config::default().any_semantic())
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects()
+            .predicate_filter(trigger_digest, Default::default());
+        Controller::for_stream(triggers, reader)
+            .owns(
+                pods,
+                watcher::Config::default()
+                    .labels(&format!("{}={MANAGER}", decide::LABEL_MANAGED))
+                    .any_semantic(),
+            )
+            .with_config(config)
+            .shutdown_on_signal()
+            .run(reconcile, error_policy, ctx.clone())
+            .for_each(|res| async move {
+                match res {
+                    Ok((obj, _)) => tracing::trace!(job = %obj, "reconciled"),
+                    Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+                }
+            })
+    });
+    futures::future::join_all(runs).await;
+}
+
+/// What a StreamJob change must touch to be worth a reconcile: the spec (generation), the
+/// metadata the operator reads (annotations, finalizers, deletion), and the status fields that move
+/// an upgrade or a savepoint along. Everything else in the status is the operator's own report.
+fn trigger_digest(job: &StreamJob) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    job.metadata.generation.hash(&mut h);
+    job.metadata.deletion_timestamp.is_some().hash(&mut h);
+    job.finalizers().hash(&mut h);
+    job.annotations().hash(&mut h);
+    // no status yet and a status without these fields hash alike: the first status write of a
+    // job that needs nothing else does not trigger another reconcile
+    let s = job.status.as_ref();
+    serde_json::to_string(&(
+        s.and_then(|s| s.upgrade.as_ref()),
+        s.and_then(|s| s.pending_savepoint.as_ref()),
+        s.and_then(|s| s.deployment.as_ref()),
+    ))
+    .unwrap_or_default()
+    .hash(&mut h);
+    Some(h.finish())
+}
+
+fn error_policy<C: ControlApi>(job: Arc<StreamJob>, err: &Error, ctx: Arc<Context<C>>) -> Requeue {
+    let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
+    ctx.metrics.error(err.kind());
+    let n = {
+        let mut f = ctx.failures();
+        let n = f.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    let backoff = Duration::from_secs(2u64.saturating_pow(n.min(8))).min(Duration::from_secs(300));
+    tracing::warn!(job = %key, error = %err, attempt = n, ?backoff, "reconcile error; retrying");
+    Requeue::requeue(backoff)
+}
+
+async fn reconcile<C: ControlApi>(job: Arc<StreamJob>, ctx: Arc<Context<C>>) -> Result<Requeue> {
+    let ns = job
+        .namespace()
+        .ok_or_else(|| Error::Object("StreamJob without namespace".into()))?;
+    let name = job.name_any();
+    let span = tracing::info_span!("reconcile", namespace = %ns, job = %name, generation = ?job.metadata.generation);
+    let started = Instant::now();
+    let result = reconcile_inner(&job, &ctx, &ns, &name)
+        .instrument(span)
+        .await;
+    ctx.metrics.reconciled(started.elapsed());
+    if result.is_ok() {
+        ctx.failures().remove(&format!("{ns}/{name}"));
+    }
+    result
+}
+
+fn owner_of(job: &StreamJob, ns: &str, name: &str) -> Result<Owner> {
+    Ok(Owner {
+        name: name.to_string(),
+        namespace: ns.to_string(),
+        uid: job
+            .metadata
+            .uid
+            .clone()
+            .ok_or_else(|| Error::Object("StreamJob without uid".into()))?,
+    })
+}
+
+async fn reconcile_inner<C: ControlApi>(
+    job: &StreamJob,
+    ctx: &Context<C>,
+    ns: &str,
+    name: &str,
+) -> Result<Requeue> {
+    let owner = owner_of(job, ns, name)?;
+    let jobs: Api<StreamJob> = Api::namespaced(ctx.client.clone(), ns);
+    let wants_finalizer = job
+        .spec
+        .savepoints
+        .as_ref()
+        .is_some_and(|s| s.dispose_on_delete);
+    let has_finalizer = job.finalizers().iter().any(|f| f == FINALIZER);
+
+    if job.metadata.deletion_timestamp.is_some() {
+        ctx.metrics.forget(&format!("{ns}/{name}"));
+        if has_finalizer {
+            return cleanup(job, ctx, &owner).await;
+        }
+        return Ok(Requeue::await_change());
+    }
+    if wants_finalizer != has_finalizer {
+        let mut list: Vec<String> = job
+            .finalizers()
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .cloned()
+            .collect();
+        if wants_finalizer {
+            list.push(FINALIZER.into());
+        }
+        jobs.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": list}})),
+        )
+        .await?;
+    }
+
+    // ---- observe ----
+    let token = match ensure_token(ctx, &owner).await {
+        Ok(t) => t,
+        Err(Error::TokenSecret(why)) => return token_secret_invalid(job, ctx, &jobs, &why).await,
+        Err(e) => return Err(e),
+    };
+    let (observed, pods) = observe(job, ctx, &owner, &token).await?;
+    let status = job.status.clone().unwrap_or_default();
+
+    // ---- decide ----
+    let jref = JobRef {
+        name: name.to_string(),
+        namespace: ns.to_string(),
+    };
+    let decision = decide(&jref, &job.spec, &status, &observed);
+    tracing::debug!(actions = ?decision.actions.len(), stage = ?decision.status.upgrade.as_ref().map(|u| &u.step), "decided");
+
+    // ---- act: status first (the write-ahead log), then actions ----
+    // Every write names the resourceVersion it was computed from: a decision made on a stale cache
+    // (another operator replica, a slow watch) is refused (409) instead of overwriting newer status.
+    let mut version = job.metadata.resource_version.clone();
+    let mut new_status = decision.status.clone();
+    if new_status != status {
+        match write_status(&jobs, name, version.as_deref(), &new_status).await? {
+            Written::Now(v) => version = v,
+            Written::Stale => return Ok(stale(ctx, ns, name)),
+        }
+    }
+    let mut status_dirty = false;
+    let mut first_error = None;
+    for action in &decision.actions {
+        match apply(action, job, ctx, &owner, &observed, &token, &mut new_status).await {
+            Ok(dirty) => status_dirty |= dirty,
+            Err(e) => {
+                tracing::warn!(error = %e, ?action, "action failed");
+                publish(
+                    ctx,
+                    job,
+                    true,
+                    "ActionFailed",
+                    &format!("{}: {e}", action_name(action)),
+                )
+                .await;
+                first_error = Some(e);
+                break;
+            }
+        }
+    }
+    if status_dirty
+        && write_status(&jobs, name, version.as_deref(), &new_status).await? == Written::Stale
+    {
+        return Ok(stale(ctx, ns, name));
+    }
+    // workers follow the coordinator pods as observed; new coordinators get theirs next time
+    if first_error.is_none()
+        && let Err(e) = sync_workers(job, ctx, &owner, &pods).await
+    {
+        tracing::warn!(error = %e, "cannot reconcile worker pods");
+        first_error = Some(e);
+    }
+    for note in &decision.events {
+        publish(ctx, job, note.warning, &note.reason, &note.message).await;
+    }
+    record_metrics(ctx, ns, name, &decision);
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    Ok(Requeue::requeue(decision.requeue_after))
+}
+
+fn record_metrics<C: ControlApi>(ctx: &Context<C>, ns: &str, name: &str, d: &Decision) {
+    if let Some(p) = d.status.phase {
+        ctx.metrics
+            .phase(&format!("{ns}/{name}"), &format!("{p:?}"));
+    }
+    for (reason, secs) in &d.savepoints_completed {
+        ctx.metrics.savepoint(reason, *secs);
+    }
+    if let Some(o) = d.outcome {
+        ctx.metrics.upgrade(o.as_str());
+    }
+}
+
+/// The outcome of a status write with a resourceVersion precondition.
+#[derive(Debug, PartialEq, Eq)]
+enum Written {
+    /// Written; the object's new resourceVersion.
+    Now(Option<String>),
+    /// Refused: the StreamJob changed since this reconcile read it.
+    Stale,
+}
+
+async fn write_status(
+    api: &Api<StreamJob>,
+    name: &str,
+    resource_version: Option<&str>,
+    status: &StreamJobStatus,
+) -> Result<Written> {
+    let patch = serde_json::json!({
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "resourceVersion": resource_version},
+        "status": status,
+    });
+    match api
+        .patch_status(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        Ok(job) => Ok(Written::Now(job.metadata.resource_version)),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Written::Stale),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A status write lost to a newer version of the StreamJob: nothing else is done on this stale
+/// view; the watch brings the newer one and the job is reconciled again.
+fn stale<C: ControlApi>(ctx: &Context<C>, ns: &str, name: &str) -> Requeue {
+    tracing::info!(job = %name, namespace = %ns, "status write refused: the StreamJob changed meanwhile; reconciling again");
+    ctx.metrics.error("stale_status");
+    Requeue::requeue(Duration::from_secs(1))
+}
+
+async fn publish<C: ControlApi>(
+    ctx: &Context<C>,
+    job: &StreamJob,
+    warning: bool,
+    reason: &str,
+    note: &str,
+) {
+    ctx.metrics.event(reason);
+    let ev = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &job.object_ref(&())).await {
+        tracing::debug!(error = %e, "cannot record event");
+    }
+}
+
+fn action_name(a: &Action) -> &'static str {
+    match a {
+        Action::EnsureConfig { .. } => "EnsureConfig",
+        Action::DeleteConfig { .. } => "DeleteConfig",
+        Action::CreatePod(_) => "CreatePod",
+        Action::DeletePod { .. } => "DeletePod",
+        Action::CreatePlanPod { .. } => "CreatePlanPod",
+        Action::TriggerSavepoint { .. } => "TriggerSavepoint",
+        Action::Start { .. } => "Start",
+        Action::Cancel { .. } => "Cancel",
+        Action::DisposeSavepoints { .. } => "DisposeSavepoints",
+    }
+}
+
+fn ignore_conflict<T>(r: std::result::Result<T, kube::Error>) -> Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn ignore_missing<T>(r: std::result::Result<T, kube::Error>) -> Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+mod act;
+mod cleanup;
+mod observe;
+mod token;
+
+use act::{apply, create_dispose_pod, sync_workers};
+use cleanup::cleanup;
+pub use observe::observe_pod;
+use observe::{observe, spec_of_hash};
+use token::{ensure_token, token_secret_invalid};
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::token::token_in;
+    use super::*;
+
+    #[test]
+    fn only_spec_metadata_and_upgrade_progress_trigger_a_reconcile() {
+        let job = |status: serde_json::Value, annotations: serde_json::Value| -> StreamJob {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "streamjob.io/v1alpha1", "kind": "StreamJob",
+                "metadata": {"name": "j", "generation": 3, "annotations": annotations},
+                "spec": {"image": "i", "checkpoints": {"dir": "/ck"}, "pipeline": [
+                    {"uid": "g", "source": {"generator": {}}}, {"uid": "o", "print": {}}]},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        let fresh = trigger_digest(&job(serde_json::Value::Null, serde_json::json!({})));
+        // the operator's own report: phase, checkpoint, message
+        let reported = job(
+            serde_json::json!({"phase": "Suspended", "observedGeneration": 3,
+                "lastCheckpoint": {"id": 7, "path": "/ck/chk-7", "time": "2026-01-01T00:00:00Z"},
+                "message": "suspended"}),
+            serde_json::json!({}),
+        );
+        assert_eq!(trigger_digest(&reported), fresh);
+        // an upgrade moving on, a recovery annotation, a new generation: reconcile
+        let moving = job(
+            serde_json::json!({"upgrade": {"from": "a", "to": "b", "step": "InPlace/Savepointing", "startedAt": "2026-01-01T00:00:00Z"}}),
+            serde_json::json!({}),
+        );
+        assert_ne!(trigger_digest(&moving), fresh);
+        let annotated = job(
+            serde_json::Value::Null,
+            serde_json::json!({"streamjob.io/recovered-savepoint": "/sp/1"}),
+        );
+        assert_ne!(trigger_digest(&annotated), fresh);
+        let mut newer = job(serde_json::Value::Null, serde_json::json!({}));
+        newer.metadata.generation = Some(4);
+        assert_ne!(trigger_digest(&newer), fresh);
+    }
+
+    #[test]
+    fn a_token_secret_without_a_token_is_refused() {
+        let secret = |data: serde_json::Value| -> Secret {
+            serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "j-control-token"}, "data": data}),
+            )
+            .unwrap()
+        };
+        // base64 of "abc" and of "  "
+        assert_eq!(
+            token_in(&secret(serde_json::json!({"token": "YWJj"})), "s").unwrap(),
+            "abc"
+        );
+        for data in [
+            serde_json::json!({}),
+            serde_json::json!({"token": ""}),
+            serde_json::json!({"token": "ICA="}),
+            serde_json::json!({"other": "YWJj"}),
+        ] {
+            let e = token_in(&secret(data.clone()), "j-control-token").unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("Secret j-control-token has no non-empty `token` key"),
+                "{data}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn pods_are_observed() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "clicks-1", "labels": {"streamjob.io/role": "runtime", "streamjob.io/spec-hash": "h"}},
+            "status": {
+                "phase": "Running", "podIP": "127.0.1.5",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{
+                    "name": "runtime", "ready": true, "restartCount": 2, "image": "i", "imageID": "",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"exitCode": 1, "message": "boom"}}
+                }]
+            }
+        }))
+        .unwrap();
+        let p = observe_pod(&pod).unwrap();
+        assert_eq!(p.role, PodRole::Runtime);
+        assert_eq!(p.spec_hash.as_deref(), Some("h"));
+        assert_eq!(p.phase, PodPhase::Running);
+        assert!(p.ready);
+        assert_eq!(p.restarts, 2);
+        assert!(p.crash_looping());
+        assert_eq!(p.exit_code, None);
+        assert_eq!(p.message.as_deref(), Some("boom"));
+        assert_eq!(p.ip.as_deref(), Some("127.0.1.5"));
+
+        let plan: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "clicks-plan-1", "labels": {"streamjob.io/role": "plan"}},
+            "status": {"phase": "Failed", "containerStatuses": [{
+                "name": "runtime", "ready": false, "restartCount": 0, "image": "i", "imageID": "",
+                "state": {"terminated": {"exitCode": 3, "message": "{\"operators\":[]}"}}
+            }]}
+        }))
+        .unwrap();
+        let p = observe_pod(&plan).unwrap();
+        assert_eq!((p.phase, p.exit_code), (PodPhase::Failed, Some(3)));
+        let unlabelled: Pod =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap();
+        assert!(observe_pod(&unlabelled).is_none());
+    }
+}

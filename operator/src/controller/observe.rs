@@ -1,0 +1,189 @@
+//! Observe: the pods of a job, their runtimes' control API and the savepoint in flight, as the
+//! decision sees them.
+
+use super::*;
+
+/// The most the operator reads of a pod's log (a plan report, a savepoint path): one tenant's
+/// pod must not make the operator that serves every namespace hold its whole log.
+pub(super) const LOG_LIMIT_BYTES: i64 = 64 << 10;
+
+/// A pod as the decision sees it.
+pub fn observe_pod(pod: &Pod) -> Option<PodObs> {
+    let labels = pod.metadata.labels.as_ref()?;
+    let role = PodRole::parse(labels.get(LABEL_ROLE)?)?;
+    let status = pod.status.as_ref();
+    let phase = match status.and_then(|s| s.phase.as_deref()) {
+        Some("Pending") | None => PodPhase::Pending,
+        Some("Running") => PodPhase::Running,
+        Some("Succeeded") => PodPhase::Succeeded,
+        Some("Failed") => PodPhase::Failed,
+        Some(_) => PodPhase::Unknown,
+    };
+    let container = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.name == resources::CONTAINER)
+                .or_else(|| cs.first())
+        });
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let terminated = container.and_then(|c| {
+        c.state
+            .as_ref()
+            .and_then(|s| s.terminated.clone())
+            .or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.clone()))
+    });
+    let final_state = matches!(phase, PodPhase::Succeeded | PodPhase::Failed);
+    Some(PodObs {
+        name: pod.metadata.name.clone()?,
+        role,
+        spec_hash: labels.get(LABEL_HASH).cloned(),
+        phase,
+        ready,
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+        restarts: container.map(|c| c.restart_count).unwrap_or(0),
+        waiting_reason: container
+            .and_then(|c| c.state.as_ref())
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.reason.clone()),
+        exit_code: terminated
+            .as_ref()
+            .filter(|_| final_state)
+            .map(|t| t.exit_code),
+        message: terminated
+            .as_ref()
+            .and_then(|t| t.message.clone())
+            .or_else(|| status.and_then(|s| s.message.clone())),
+        ip: status
+            .and_then(|s| s.pod_ip.clone())
+            .filter(|ip| !ip.is_empty()),
+    })
+}
+
+pub(super) async fn observe<C: ControlApi>(
+    job: &StreamJob,
+    ctx: &Context<C>,
+    owner: &Owner,
+    token: &str,
+) -> Result<(Observed, Vec<Pod>)> {
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let lp = ListParams::default().labels(&resources::selector(&owner.name));
+    let pod_list = pods_api.list(&lp).await?;
+    let mut obs = Observed::new(Utc::now());
+    obs.generation = job.metadata.generation;
+    for pod in &pod_list.items {
+        if let Some(mut p) = observe_pod(pod) {
+            // A finished plan pod whose result has no message: try its log (real kubelets).
+            if p.role == PodRole::Plan
+                && matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed)
+                && p.message.is_none()
+            {
+                let params = LogParams {
+                    tail_lines: Some(50),
+                    limit_bytes: Some(LOG_LIMIT_BYTES),
+                    ..Default::default()
+                };
+                if let Ok(log) = pods_api.logs(&p.name, &params).await {
+                    p.message = Some(log);
+                }
+            }
+            obs.pods.push(p);
+        }
+    }
+    obs.recovered_savepoint = job
+        .annotations()
+        .get(decide::ANNOTATION_RECOVERED_SAVEPOINT)
+        .cloned()
+        .filter(|p| !p.is_empty());
+    // A runtime that exited after stop-with-savepoint printed the path: read its log.
+    let status = job.status.clone().unwrap_or_default();
+    if status.pending_savepoint.as_ref().is_some_and(|p| p.stop)
+        && let Some(active) = status.deployment.as_ref().and_then(|d| d.workload.clone())
+        && let Some(p) = obs
+            .pods
+            .iter_mut()
+            .find(|p| p.name == active && p.phase == PodPhase::Succeeded && p.message.is_none())
+    {
+        let params = LogParams {
+            tail_lines: Some(50),
+            limit_bytes: Some(LOG_LIMIT_BYTES),
+            ..Default::default()
+        };
+        if let Ok(log) = pods_api.logs(&p.name, &params).await {
+            p.message = Some(log);
+        }
+    }
+    obs.config_hashes = cms
+        .list(&lp)
+        .await?
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.labels.as_ref()?.get(LABEL_HASH).cloned())
+        .collect();
+    // Control API of the runtime pods, concurrently.
+    let port = ctx.settings.control_port;
+    let timeout = ctx.settings.control_timeout;
+    let targets: Vec<(String, String)> = obs
+        .pods
+        .iter()
+        .filter(|p| p.role == PodRole::Runtime && !p.terminating && p.phase == PodPhase::Running)
+        .filter_map(|p| Some((p.name.clone(), p.ip.clone()?)))
+        .collect();
+    let calls = targets.into_iter().map(|(name, ip)| async move {
+        let ep = Endpoint::new(&ip, port, token);
+        let r = match tokio::time::timeout(timeout, ctx.control.status(&ep)).await {
+            Ok(Ok(s)) => RuntimeObs::Status(Box::new(s)),
+            Ok(Err(e)) => RuntimeObs::Unreachable(e.to_string()),
+            Err(_) => RuntimeObs::Unreachable(format!("no answer within {timeout:?}")),
+        };
+        (name, r)
+    });
+    obs.runtime = futures::future::join_all(calls).await;
+    tracing::debug!(pods = obs.pods.len(), runtime = ?obs.runtime, "observed");
+    // The savepoint in flight, asked of the pod it was requested from.
+    if let (Some(p), Some(active)) = (
+        status.pending_savepoint.as_ref(),
+        status.deployment.as_ref().and_then(|d| d.workload.clone()),
+    ) && !p.request_id.is_empty()
+        && let Some(ip) = obs.pod(&active).and_then(|p| p.ip.clone())
+    {
+        let ep = Endpoint::new(&ip, port, token);
+        match tokio::time::timeout(timeout, ctx.control.savepoint(&ep, &p.request_id)).await {
+            Ok(Ok(s)) => obs.savepoint = Some(s),
+            Ok(Err(e)) => tracing::debug!(error = %e, "cannot poll savepoint"),
+            Err(_) => tracing::debug!("savepoint poll timed out"),
+        }
+    }
+    if let Some(SavepointState::Completed { path }) = &obs.savepoint {
+        tracing::info!(%path, "savepoint completed");
+    }
+    Ok((obs, pod_list.items))
+}
+
+/// The spec a deployed hash was created from (its manifest ConfigMap).
+pub(super) async fn spec_of_hash<C: ControlApi>(
+    ctx: &Context<C>,
+    owner: &Owner,
+    hash: &str,
+) -> Result<streamjob_crds::v1alpha1::StreamJobSpec> {
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let cm = cms.get(&decide::config_name(&owner.name, hash)).await?;
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get(resources::MANIFEST_KEY))
+        .ok_or_else(|| {
+            Error::Object(format!(
+                "ConfigMap {} has no {}",
+                decide::config_name(&owner.name, hash),
+                resources::MANIFEST_KEY
+            ))
+        })?;
+    StreamJob::from_yaml(text)
+        .map(|j| j.spec)
+        .map_err(|e| Error::Object(format!("manifest of deployment {hash}: {e}")))
+}

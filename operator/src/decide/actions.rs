@@ -1,0 +1,236 @@
+//! What a decision asks for (actions, events, outcome) and the names of what the operator
+//! creates.
+
+use super::*;
+
+/// A runtime pod to create.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodPlan {
+    pub name: String,
+    pub hash: String,
+    pub spec: StreamJobSpec,
+    /// `--from-savepoint`.
+    pub from_savepoint: Option<String>,
+    /// `--standby`: load the job graph and wait for `POST /v1/start` (shadow upgrades).
+    pub standby: bool,
+    /// Start empty even if checkpoints exist (a stateless upgrade): `--fresh`.
+    pub fresh: bool,
+    /// The run's epoch (`--epoch`): assigned by [`decide`] from `status.epoch`, which is written
+    /// before the pod exists, so every run fences all older ones (see the runtime's `fence`).
+    pub epoch: u64,
+}
+
+/// What the controller must do, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// The manifest ConfigMap for `hash` and the job's token Secret exist.
+    EnsureConfig {
+        hash: String,
+        spec: Box<StreamJobSpec>,
+    },
+    DeleteConfig {
+        hash: String,
+    },
+    CreatePod(Box<PodPlan>),
+    DeletePod {
+        name: String,
+    },
+    /// Short-lived pod of the new image running `streamjob-runtime plan`.
+    CreatePlanPod {
+        name: String,
+        hash: String,
+        spec: Box<StreamJobSpec>,
+        from: String,
+    },
+    /// `POST /v1/savepoints`; the controller writes the request id into
+    /// `status.pendingSavepoint.requestId`.
+    TriggerSavepoint {
+        pod: String,
+        dir: String,
+        stop: bool,
+        standby: bool,
+    },
+    /// `POST /v1/start` on a standby pod; `epoch` as in [`PodPlan::epoch`].
+    Start {
+        pod: String,
+        from_savepoint: Option<String>,
+        epoch: u64,
+    },
+    /// `POST /v1/cancel` (best effort) on a runtime pod about to be deleted whose version must
+    /// not commit anything more: no final checkpoint on its SIGTERM.
+    Cancel {
+        pod: String,
+    },
+    /// Delete savepoints from storage (a short-lived pod of the job's image).
+    DisposeSavepoints {
+        paths: Vec<String>,
+    },
+}
+
+/// An event to record on the StreamJob.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+/// How an upgrade ended, for metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Promoted,
+    RolledBack,
+    Blocked,
+    Aborted,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Promoted => "promoted",
+            Outcome::RolledBack => "rolled_back",
+            Outcome::Blocked => "blocked",
+            Outcome::Aborted => "aborted",
+        }
+    }
+}
+
+/// The result of [`decide`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub actions: Vec<Action>,
+    /// The whole status to apply.
+    pub status: StreamJobStatus,
+    pub events: Vec<Note>,
+    pub requeue_after: Duration,
+    pub outcome: Option<Outcome>,
+    /// (reason, seconds) of savepoints that completed in this decision.
+    pub savepoints_completed: Vec<(String, f64)>,
+}
+
+/// How a spec differs from the deployed one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    None,
+    /// Only `spec.upgrade` (how to roll out) changed: adopt without touching the job.
+    Policy,
+    Rescale,
+    Image,
+    Pipeline,
+    Config,
+}
+
+impl Change {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::None => "none",
+            Change::Policy => "policy",
+            Change::Rescale => "rescale",
+            Change::Image => "image",
+            Change::Pipeline => "pipeline",
+            Change::Config => "config",
+        }
+    }
+}
+
+/// Classifies `new` against the deployed spec `old` (unknown old: a config upgrade).
+pub fn classify(old: Option<&StreamJobSpec>, new: &StreamJobSpec) -> Change {
+    let new_hash = deployment_hash(new).ok();
+    let Some(old) = old else {
+        return Change::Config;
+    };
+    if deployment_hash(old).ok() == new_hash {
+        return Change::None;
+    }
+    let mut a = old.clone();
+    a.upgrade = new.upgrade.clone();
+    if deployment_hash(&a).ok() == new_hash {
+        return Change::Policy;
+    }
+    a.parallelism = new.parallelism;
+    if deployment_hash(&a).ok() == new_hash {
+        return Change::Rescale;
+    }
+    let mut b = a.clone();
+    b.image = new.image.clone();
+    b.image_pull_policy = new.image_pull_policy.clone();
+    if deployment_hash(&b).ok() == new_hash {
+        return Change::Image;
+    }
+    if old.pipeline != new.pipeline {
+        return Change::Pipeline;
+    }
+    Change::Config
+}
+
+/// Rollout of one job: all names derive from the job name.
+pub fn pod_name(job: &str, hash: &str, nonce: &str) -> String {
+    format!("{}-{}", trunc(job, 45), short_hash(&[job, hash, nonce]))
+}
+
+pub fn plan_pod_name(job: &str, hash: &str, nonce: &str) -> String {
+    format!(
+        "{}-plan-{}",
+        trunc(job, 40),
+        short_hash(&[job, hash, nonce])
+    )
+}
+
+pub fn dispose_pod_name(job: &str, paths: &[String]) -> String {
+    let joined = paths.join("\n");
+    format!("{}-dispose-{}", trunc(job, 37), short_hash(&[job, &joined]))
+}
+
+pub fn config_name(job: &str, hash: &str) -> String {
+    format!("{}-manifest-{}", trunc(job, 200), hash)
+}
+
+pub fn token_secret_name(job: &str) -> String {
+    format!("{}-control-token", trunc(job, 200))
+}
+
+/// Value of the `streamjob.io/job` label (label values are at most 63 characters).
+pub fn job_label(job: &str) -> String {
+    if job.len() <= 63 {
+        job.to_string()
+    } else {
+        format!("{}-{}", trunc(job, 52), short_hash(&[job]))
+    }
+}
+
+pub(super) fn trunc(s: &str, n: usize) -> &str {
+    let mut end = n.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].trim_end_matches(['-', '.'])
+}
+
+pub(super) fn short_hash(parts: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0u8]);
+    }
+    hex::encode(&h.finalize()[..5])
+}
+
+pub(super) fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+pub(super) fn parse_time(s: Option<&str>) -> Option<DateTime<Utc>> {
+    s.and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
+pub(super) fn dur(field: &str, value: &str, fallback: Duration) -> Duration {
+    parse_duration(field, value).unwrap_or(fallback)
+}
+
+pub(super) const FAST: Duration = Duration::from_secs(2);
+/// How long a savepoint request recorded without an id may be in flight before it is re-sent.
+pub(super) const UNSENT_GRACE: Duration = Duration::from_secs(30);
+pub(super) const SLOW: Duration = Duration::from_secs(30);
+pub(super) const IDLE: Duration = Duration::from_secs(300);

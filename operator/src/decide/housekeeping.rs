@@ -1,0 +1,141 @@
+//! Savepoint retention and garbage collection of what no stage needs any more.
+
+use super::*;
+
+impl Ctx<'_> {
+    pub(super) fn retention(&mut self) {
+        let Some(policy) = self.spec.savepoints.as_ref().map(|s| s.history.clone()) else {
+            return;
+        };
+        let mut protected: BTreeSet<String> = BTreeSet::new();
+        if let Some(p) = self.st.deployment.as_ref().and_then(|d| d.path.clone()) {
+            protected.insert(p);
+        }
+        if let Some(p) = self.st.upgrade.as_ref().and_then(|u| u.savepoint.clone()) {
+            protected.insert(p);
+        }
+        if let Some(l) = &self.st.last_savepoint {
+            protected.insert(l.path.clone());
+        }
+        let max_age = policy
+            .max_age
+            .as_deref()
+            .map(|a| dur("maxAge", a, Duration::MAX));
+        let keep_count = policy.max_count.max(1) as usize;
+        let n = self.st.savepoint_history.len();
+        let mut dispose = Vec::new();
+        let mut kept = Vec::new();
+        for (i, sp) in self.st.savepoint_history.iter().enumerate() {
+            let too_many = n - i > keep_count;
+            let too_old = match (max_age, parse_time(sp.time.as_deref())) {
+                (Some(age), Some(t)) => (self.obs.now - t).to_std().unwrap_or_default() > age,
+                _ => false,
+            };
+            if (too_many || too_old) && !protected.contains(&sp.path) {
+                dispose.push(sp.path.clone());
+            } else {
+                kept.push(sp.clone());
+            }
+        }
+        if !dispose.is_empty() {
+            self.st.savepoint_history = kept;
+            self.note(
+                false,
+                "SavepointsDisposed",
+                format!(
+                    "disposing {} savepoint(s) beyond the history policy: {}",
+                    dispose.len(),
+                    dispose.join(", ")
+                ),
+            );
+            self.actions
+                .push(Action::DisposeSavepoints { paths: dispose });
+        }
+    }
+
+    pub(super) fn gc(&mut self) {
+        let stage = self.stage().ok().flatten();
+        let mut keep_pods: BTreeSet<String> = BTreeSet::new();
+        if let Some(a) = self.active() {
+            keep_pods.insert(a);
+        }
+        if let Some(s) = stage {
+            if s.kind == Shadow
+                && matches!(s.step, StartingStandby | Savepointing | Stopped | Restoring)
+                && let Some(n) = self.standby_name()
+            {
+                keep_pods.insert(n);
+            }
+            if s.step == Planning
+                && let Some(n) = self.plan_name()
+            {
+                keep_pods.insert(n);
+            }
+        }
+        for a in &self.actions {
+            if let Action::CreatePod(p) = a {
+                keep_pods.insert(p.name.clone());
+            }
+        }
+        let mut doomed = Vec::new();
+        for p in &self.obs.pods {
+            if p.terminating || keep_pods.contains(&p.name) {
+                continue;
+            }
+            let stale = match p.role {
+                PodRole::Runtime | PodRole::Plan => true,
+                PodRole::Dispose => matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed),
+            };
+            if stale {
+                doomed.push(p.name.clone());
+            }
+        }
+        // Never delete the old pods of an in-place transition before its WAL step says so.
+        let protected_old = match stage {
+            Some(s)
+                if matches!(s.kind, InPlace | Suspend | Rollback)
+                    && matches!(s.step, Planning | Savepointing) =>
+            {
+                self.old
+                    .deployment
+                    .as_ref()
+                    .and_then(|d| d.workload.clone())
+            }
+            _ => None,
+        };
+        for d in doomed {
+            if Some(&d) == protected_old.as_ref() {
+                continue;
+            }
+            if self.obs.pod(&d).is_some_and(|p| p.role == PodRole::Runtime) {
+                // not the deployed version: whatever it is, it must not commit again
+                self.cancel_and_delete(&d);
+            } else {
+                self.delete_pod(&d);
+            }
+        }
+        let mut keep_hashes: BTreeSet<String> = BTreeSet::new();
+        keep_hashes.extend(self.obs.pods.iter().filter_map(|p| p.spec_hash.clone()));
+        keep_hashes.extend(self.st.deployment.as_ref().map(|d| d.spec_hash.clone()));
+        keep_hashes.extend(self.st.last_stable_spec_hash.clone());
+        if let Some(u) = &self.st.upgrade {
+            keep_hashes.insert(u.to.clone());
+            keep_hashes.extend(u.from.clone());
+        }
+        for a in &self.actions {
+            if let Action::EnsureConfig { hash, .. } = a {
+                keep_hashes.insert(hash.clone());
+            }
+        }
+        let stale: Vec<String> = self
+            .obs
+            .config_hashes
+            .iter()
+            .filter(|h| !keep_hashes.contains(*h))
+            .cloned()
+            .collect();
+        for hash in stale {
+            self.actions.push(Action::DeleteConfig { hash });
+        }
+    }
+}

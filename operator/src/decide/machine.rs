@@ -1,0 +1,201 @@
+//! The upgrade state machine: stages (`Kind/Step`) and the declared moves between them.
+
+use super::*;
+
+/// What a transition does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// Upgrade or rescale: stop the old version, start the new one.
+    InPlace,
+    /// Upgrade through a shadow copy started beside the old version.
+    Shadow,
+    /// Stop with a savepoint and keep nothing running.
+    Suspend,
+    /// Start a suspended job again.
+    Resume,
+    /// Return to the last stable spec from the upgrade's savepoint.
+    Rollback,
+}
+
+/// Where a transition is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Step {
+    /// A plan pod of the new image checks the new spec against the latest state.
+    Planning,
+    /// Terminal: the plan said the new spec cannot restore the state; the old job runs on.
+    Blocked,
+    /// Shadow: the new version's pod is started in standby beside the old one.
+    StartingStandby,
+    /// Stop-with-savepoint requested from the running job.
+    Savepointing,
+    /// The state to restore is recorded (`upgrade.savepoint`); old pods may go.
+    Stopped,
+    /// The new version restores and must complete its first checkpoint.
+    Restoring,
+    /// Terminal: the new version failed and the job runs the last stable spec again.
+    RolledBack,
+    /// Terminal: the upgrade was given up before anything was stopped; the old job runs on.
+    Aborted,
+    /// Terminal: the job is suspended; `upgrade.savepoint` is where it resumes from.
+    Suspended,
+}
+
+impl Step {
+    /// Terminal steps are records, not work in flight.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Step::Blocked | Step::RolledBack | Step::Aborted | Step::Suspended
+        )
+    }
+}
+
+/// A point of the state machine, written to `status.upgrade.step` as `Kind/Step`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Stage {
+    pub kind: Kind,
+    pub step: Step,
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}/{:?}", self.kind, self.step)
+    }
+}
+
+impl FromStr for Stage {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (k, st) = s
+            .split_once('/')
+            .ok_or_else(|| format!("bad upgrade step {s:?}"))?;
+        let kind = match k {
+            "InPlace" => Kind::InPlace,
+            "Shadow" => Kind::Shadow,
+            "Suspend" => Kind::Suspend,
+            "Resume" => Kind::Resume,
+            "Rollback" => Kind::Rollback,
+            _ => return Err(format!("bad upgrade kind {k:?}")),
+        };
+        let step = match st {
+            "Planning" => Step::Planning,
+            "Blocked" => Step::Blocked,
+            "StartingStandby" => Step::StartingStandby,
+            "Savepointing" => Step::Savepointing,
+            "Stopped" => Step::Stopped,
+            "Restoring" => Step::Restoring,
+            "RolledBack" => Step::RolledBack,
+            "Aborted" => Step::Aborted,
+            "Suspended" => Step::Suspended,
+            _ => return Err(format!("bad upgrade step {st:?}")),
+        };
+        Ok(Stage { kind, step })
+    }
+}
+
+pub(super) const fn st(kind: Kind, step: Step) -> Option<Stage> {
+    Some(Stage { kind, step })
+}
+
+/// Stages a new transition can start in (from idle, from a terminal record of an upgrade, or by
+/// abandoning a plan that has not touched anything yet).
+pub const START_STAGES: &[Option<Stage>] = &[
+    st(InPlace, Planning),
+    st(InPlace, Savepointing),
+    st(InPlace, Stopped),
+    st(Shadow, Planning),
+    st(Shadow, StartingStandby),
+    st(Suspend, Savepointing),
+    st(Suspend, Stopped),
+];
+
+/// Every legal move besides staying put and the start moves of [`START_STAGES`] (from `None`,
+/// from the terminal records `Blocked`, `Aborted`, `RolledBack` of upgrades, and from
+/// `Planning`). `None` is "no transition in flight".
+pub const TRANSITIONS: &[(Option<Stage>, Option<Stage>)] = &[
+    // Pre-check (a plan is dropped when the spec returns to what runs).
+    (st(InPlace, Planning), None),
+    (st(Shadow, Planning), None),
+    (st(InPlace, Planning), st(InPlace, Blocked)),
+    (st(Shadow, Planning), st(Shadow, Blocked)),
+    (st(Resume, Planning), st(Resume, Blocked)),
+    (st(Resume, Planning), st(Resume, Restoring)),
+    (st(Resume, Planning), st(Suspend, Suspended)),
+    // Shadow copy.
+    (st(Shadow, StartingStandby), st(Shadow, Savepointing)),
+    (st(Shadow, StartingStandby), st(Shadow, Aborted)),
+    (st(Shadow, Savepointing), st(Shadow, Stopped)),
+    (st(Shadow, Savepointing), st(Shadow, Aborted)),
+    (st(Shadow, Stopped), st(Shadow, Restoring)),
+    (st(Shadow, Restoring), None),
+    (st(Shadow, Restoring), st(Rollback, Restoring)),
+    (st(Shadow, Restoring), st(Rollback, Stopped)),
+    // In place.
+    (st(InPlace, Savepointing), st(InPlace, Stopped)),
+    (st(InPlace, Savepointing), st(InPlace, Aborted)),
+    (st(InPlace, Stopped), st(InPlace, Restoring)),
+    (st(InPlace, Restoring), None),
+    (st(InPlace, Restoring), st(Rollback, Stopped)),
+    // Rollback.
+    (st(Rollback, Stopped), st(Rollback, Restoring)),
+    (st(Rollback, Restoring), st(Rollback, RolledBack)),
+    // Suspend and resume.
+    (st(Suspend, Savepointing), st(Suspend, Stopped)),
+    (st(Suspend, Stopped), st(Suspend, Suspended)),
+    (st(Suspend, Suspended), st(Resume, Planning)),
+    (st(Suspend, Suspended), st(Resume, Restoring)),
+    (st(Resume, Blocked), st(Resume, Planning)),
+    (st(Resume, Blocked), st(Resume, Restoring)),
+    (st(Resume, Blocked), st(Suspend, Suspended)),
+    (st(Resume, Restoring), None),
+    (st(Resume, Restoring), st(Rollback, Stopped)),
+    // A terminal record is cleared when the spec returns to what runs.
+    (st(InPlace, Blocked), None),
+    (st(Shadow, Blocked), None),
+    (st(InPlace, Aborted), None),
+    (st(Shadow, Aborted), None),
+    (st(Rollback, RolledBack), None),
+];
+
+/// Whether the state machine allows moving from `from` to `to`.
+pub fn legal(from: Option<Stage>, to: Option<Stage>) -> bool {
+    if from == to {
+        return true;
+    }
+    let can_start = match from {
+        None => true,
+        Some(s) => {
+            s.step == Planning
+                || (s.step.is_terminal() && matches!(s.kind, InPlace | Shadow | Rollback))
+        }
+    };
+    (can_start && START_STAGES.contains(&to)) || TRANSITIONS.contains(&(from, to))
+}
+
+/// The declared machine as a Mermaid state diagram (`docs/upgrades.md` carries it verbatim; a
+/// test fails when the two differ). `Idle` is "no transition in flight".
+pub fn mermaid() -> String {
+    fn id(s: Option<Stage>) -> String {
+        s.map_or("Idle".to_string(), |s| format!("{:?}_{:?}", s.kind, s.step))
+    }
+    let mut stages: Vec<Stage> = START_STAGES
+        .iter()
+        .chain(TRANSITIONS.iter().flat_map(|(a, b)| [a, b]))
+        .flatten()
+        .copied()
+        .collect();
+    stages.sort_by_key(|s| s.to_string());
+    stages.dedup();
+    let mut out = String::from("```mermaid\nstateDiagram-v2\n    [*] --> Idle\n");
+    for s in &stages {
+        out.push_str(&format!("    state \"{s}\" as {}\n", id(Some(*s))));
+    }
+    for to in START_STAGES {
+        out.push_str(&format!("    Idle --> {}: start\n", id(*to)));
+    }
+    for (from, to) in TRANSITIONS {
+        out.push_str(&format!("    {} --> {}\n", id(*from), id(*to)));
+    }
+    out.push_str("```\n");
+    out
+}

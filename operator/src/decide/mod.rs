@@ -1,0 +1,630 @@
+//! Observe → **decide** → act: the decision as a pure function of (spec, status, observed world).
+//!
+//! `status.upgrade` is the write-ahead log of a transition. Its `step` names a [`Stage`]
+//! (`Kind/Step`, for example `InPlace/Savepointing`); the legal moves between stages are declared
+//! in [`TRANSITIONS`] and every decision is checked against them in the tests. A decision never
+//! asks to delete a pod whose state is not yet recorded in the *persisted* status: the savepoint
+//! is written into `status.upgrade.savepoint` by one decision (step `Stopped`) and the old pods
+//! are deleted by the next one, so an operator restarted at any moment resumes the transition.
+//!
+//! The module is split by concern: [`machine`] (stages and declared transitions), [`world`] (the
+//! observed world), [`actions`] (what a decision asks for), one file per step of a transition
+//! (`steady`, `planning`, `standby`, `savepointing`, `stopped`, `restoring`, `suspend`),
+//! `housekeeping` (retention, GC), `report` (phase, requeue, message, conditions) and `guard`
+//! (undeclared moves refused at run time). This file
+//! holds the entry point, the context every step works on, and the helpers they share.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde::Deserialize;
+use streamjob_crds::hash::deployment_hash;
+use streamjob_crds::units::parse_duration;
+use streamjob_crds::v1alpha1::{
+    CheckpointInfo, DeploymentStatus, JobState, PendingSavepoint, Phase, SavepointInfo,
+    StartedFrom, StreamJobSpec, StreamJobStatus, ThroughputStatus, UpgradeMode, UpgradeStatus,
+    UpgradeStrategy,
+};
+
+use crate::control::{JobStatus, RunState, SavepointState};
+
+mod actions;
+mod guard;
+mod housekeeping;
+mod machine;
+mod planning;
+mod report;
+mod restoring;
+mod savepointing;
+mod standby;
+mod steady;
+mod stopped;
+mod suspend;
+mod world;
+
+use Kind::{InPlace, Resume, Rollback, Shadow, Suspend};
+use Step::{
+    Aborted, Blocked, Planning, Restoring, RolledBack, Savepointing, StartingStandby, Stopped,
+    Suspended,
+};
+pub use actions::*;
+use guard::{guard_transition, refuse, show_stage};
+pub use machine::*;
+pub use report::set_condition;
+pub use world::*;
+
+/// Identity of the StreamJob.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRef {
+    pub name: String,
+    pub namespace: String,
+}
+
+struct Ctx<'a> {
+    job: &'a str,
+    spec: &'a StreamJobSpec,
+    spec_hash: Option<String>,
+    spec_error: Option<String>,
+    obs: &'a Observed,
+    old: &'a StreamJobStatus,
+    st: StreamJobStatus,
+    now: String,
+    actions: Vec<Action>,
+    events: Vec<Note>,
+    outcome: Option<Outcome>,
+    sp_done: Vec<(String, f64)>,
+    requeue: Duration,
+    degraded: Option<(String, String)>,
+    ready: Option<(bool, String, String)>,
+    failed: bool,
+    /// The last stage written through [`Ctx::move_to`] and its siblings (`None`: none yet).
+    moved: Option<Option<Stage>>,
+    /// An undeclared move that was asked for and not made: the decision is refused.
+    illegal: Option<String>,
+}
+
+/// Result of looking at `status.pendingSavepoint`.
+#[derive(Clone, Debug, PartialEq)]
+enum SpPoll {
+    NoPending,
+    InFlight,
+    Done(String),
+    Failed(String),
+}
+
+/// The decision: given the spec, the persisted status and the observed world, what to do and what
+/// status to write. Pure: no I/O, no clock (the time is `observed.now`).
+pub fn decide(
+    job: &JobRef,
+    spec: &StreamJobSpec,
+    status: &StreamJobStatus,
+    observed: &Observed,
+) -> Decision {
+    let (spec_hash, spec_error) = match spec.validate() {
+        Ok(()) => match deployment_hash(spec) {
+            Ok(h) => (Some(h), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let mut c = Ctx {
+        job: &job.name,
+        spec,
+        spec_hash,
+        spec_error,
+        obs: observed,
+        old: status,
+        st: status.clone(),
+        now: rfc3339(observed.now),
+        actions: Vec::new(),
+        events: Vec::new(),
+        outcome: None,
+        sp_done: Vec::new(),
+        requeue: SLOW,
+        degraded: None,
+        ready: None,
+        failed: false,
+        moved: None,
+        illegal: None,
+    };
+    c.st.observed_generation = observed.generation.or(status.observed_generation);
+    c.st.message = None;
+    c.run();
+    // Every change of stage went through move_to: the stage now is the last one written there,
+    // or the stored one when nothing moved.
+    let stored = status
+        .upgrade
+        .as_ref()
+        .map(|u| u.step.parse::<Stage>())
+        .transpose()
+        .ok();
+    let bypassed = c
+        .moved
+        .or(stored)
+        .is_some_and(|m| c.stage().ok() != Some(m));
+    let illegal = c.illegal.take();
+    let decision = c.finish();
+    if let Some(moves) = illegal {
+        return refuse(
+            status,
+            &format!("refused an undeclared upgrade transition {moves}"),
+            observed,
+        );
+    }
+    if bypassed {
+        return refuse(
+            status,
+            "the upgrade stage was written without Ctx::move_to",
+            observed,
+        );
+    }
+    guard_transition(status, decision, observed)
+}
+
+impl Ctx<'_> {
+    fn stage(&self) -> Result<Option<Stage>, String> {
+        match &self.st.upgrade {
+            None => Ok(None),
+            Some(u) => u.step.parse().map(Some),
+        }
+    }
+
+    /// Moves the transition in flight to `stage` (same record). With [`Ctx::move_to_idle`] and
+    /// [`Ctx::begin`] the only writers of the upgrade stage: each checks the move against
+    /// [`TRANSITIONS`] and makes only declared ones.
+    fn move_to(&mut self, stage: Stage) {
+        if self.allowed(Some(stage)) && self.st.upgrade.is_some() {
+            if let Some(u) = self.st.upgrade.as_mut() {
+                u.step = stage.to_string();
+                u.step_started_at = Some(self.now.clone());
+            }
+            self.moved = Some(Some(stage));
+        }
+        self.requeue = Duration::from_secs(1);
+    }
+
+    /// Ends the transition record (done, dropped plan, cleared terminal record).
+    fn move_to_idle(&mut self) {
+        if self.allowed(None) {
+            self.st.upgrade = None;
+            self.moved = Some(None);
+        }
+    }
+
+    /// Starts a new transition record, in the stage its `step` names.
+    fn begin(&mut self, record: UpgradeStatus) {
+        match record.step.parse::<Stage>() {
+            Ok(stage) if self.allowed(Some(stage)) => {
+                self.st.upgrade = Some(record);
+                self.moved = Some(Some(stage));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.illegal
+                    .get_or_insert(format!("to a record with an unknown step ({e})"));
+            }
+        }
+    }
+
+    /// Whether the machine declares the move from the current stage to `to`; an undeclared one is
+    /// remembered (the decision is then refused).
+    fn allowed(&mut self, to: Option<Stage>) -> bool {
+        // an unreadable stored stage is replaced like no record at all
+        let from = self.stage().ok().flatten();
+        if legal(from, to) {
+            return true;
+        }
+        self.illegal
+            .get_or_insert(format!("{} -> {}", show_stage(from), show_stage(to)));
+        false
+    }
+
+    fn note(&mut self, warning: bool, reason: &str, message: impl Into<String>) {
+        self.events.push(Note {
+            warning,
+            reason: reason.to_string(),
+            message: message.into(),
+        });
+    }
+
+    fn step_age(&self) -> Duration {
+        let since = self
+            .st
+            .upgrade
+            .as_ref()
+            .and_then(|u| parse_time(u.step_started_at.as_deref().or(Some(&u.started_at))));
+        since
+            .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    fn upgrade_spec(&self) -> Option<StreamJobSpec> {
+        self.st
+            .upgrade
+            .as_ref()
+            .and_then(|u| u.target_spec.as_deref())
+            .and_then(|s| serde_json::from_str(s).ok())
+    }
+
+    fn last_stable(&self) -> Option<(String, StreamJobSpec)> {
+        let hash = self.st.last_stable_spec_hash.clone()?;
+        let spec = serde_json::from_str(self.st.last_stable_spec.as_deref()?).ok()?;
+        Some((hash, spec))
+    }
+
+    fn readiness_timeout(spec: &StreamJobSpec) -> Duration {
+        dur(
+            "readinessTimeout",
+            &spec.upgrade.readiness_timeout,
+            Duration::from_secs(300),
+        )
+    }
+
+    fn savepoint_timeout(&self) -> Duration {
+        dur(
+            "savepointTimeout",
+            &self.spec.upgrade.savepoint_timeout,
+            Duration::from_secs(600),
+        )
+    }
+
+    fn active(&self) -> Option<String> {
+        self.st.deployment.as_ref().and_then(|d| d.workload.clone())
+    }
+
+    fn standby_name(&self) -> Option<String> {
+        let u = self.st.upgrade.as_ref()?;
+        Some(pod_name(self.job, &u.to, &u.started_at))
+    }
+
+    fn plan_name(&self) -> Option<String> {
+        let u = self.st.upgrade.as_ref()?;
+        Some(plan_pod_name(self.job, &u.to, &u.started_at))
+    }
+
+    fn ensure_config(&mut self, hash: &str, spec: &StreamJobSpec) {
+        let a = Action::EnsureConfig {
+            hash: hash.to_string(),
+            spec: Box::new(spec.clone()),
+        };
+        if !self.actions.contains(&a) {
+            self.actions.push(a);
+        }
+    }
+
+    /// Deletes a runtime pod whose version must not commit anything more (rolled back, replaced,
+    /// left over): it is cancelled first, so its SIGTERM takes no final checkpoint. The cancel is
+    /// best effort; fencing by epoch holds without it.
+    fn cancel_and_delete(&mut self, name: &str) {
+        let a = Action::Cancel {
+            pod: name.to_string(),
+        };
+        if self.actions.contains(&a) {
+            return;
+        }
+        // before the deletion, if one was already decided
+        let at = self
+            .actions
+            .iter()
+            .position(|b| matches!(b, Action::DeletePod { name: n } if n == name))
+            .unwrap_or(self.actions.len());
+        self.actions.insert(at, a);
+        self.delete_pod(name);
+    }
+
+    /// Every run this decision starts gets the next epoch, and status (written before any action)
+    /// records the largest: a pod never runs with an epoch that status does not cover.
+    fn assign_epochs(&mut self) {
+        let mut epoch = self.st.epoch.unwrap_or(0);
+        let mut exhausted = false;
+        for a in &mut self.actions {
+            let slot = match a {
+                Action::CreatePod(p) => &mut p.epoch,
+                Action::Start { epoch: e, .. } => e,
+                _ => continue,
+            };
+            // Epochs fence older runs: a run may never share one (an edited status.epoch at the
+            // maximum was found by fuzz_decide_never_panics).
+            match epoch.checked_add(1) {
+                Some(next) => {
+                    epoch = next;
+                    *slot = epoch;
+                }
+                None => exhausted = true,
+            }
+        }
+        if exhausted {
+            self.actions
+                .retain(|a| !matches!(a, Action::CreatePod(_) | Action::Start { .. }));
+            self.degraded = Some((
+                "EpochExhausted".into(),
+                "status.epoch is at its maximum, so no run can be fenced from older ones: nothing is started (was status edited?)".into(),
+            ));
+        }
+        if epoch > 0 {
+            self.st.epoch = Some(epoch);
+        }
+    }
+
+    fn delete_pod(&mut self, name: &str) {
+        let a = Action::DeletePod {
+            name: name.to_string(),
+        };
+        if !self.actions.contains(&a) {
+            self.actions.push(a);
+        }
+    }
+
+    /// Creates a runtime pod and records it as the deployment (before it exists: WAL).
+    fn deploy(&mut self, hash: &str, spec: &StreamJobSpec, from: Option<String>, nonce: &str) {
+        let name = pod_name(self.job, hash, nonce);
+        self.ensure_config(hash, spec);
+        self.actions.push(Action::CreatePod(Box::new(PodPlan {
+            name: name.clone(),
+            hash: hash.to_string(),
+            spec: spec.clone(),
+            from_savepoint: from.clone(),
+            standby: false,
+            fresh: from.is_none()
+                && self.st.upgrade.is_some()
+                && spec.upgrade.mode == UpgradeMode::Stateless,
+            epoch: 0,
+        })));
+        self.st.deployment = Some(DeploymentStatus {
+            spec_hash: hash.to_string(),
+            image: spec.image.clone(),
+            parallelism: Some(spec.parallelism),
+            started_from: if from.is_some() {
+                StartedFrom::Savepoint
+            } else if spec.upgrade.mode == UpgradeMode::LastState {
+                StartedFrom::Checkpoint
+            } else {
+                StartedFrom::Empty
+            },
+            path: from,
+            workload: Some(name),
+            started_at: Some(self.now.clone()),
+        });
+    }
+
+    /// Starts a new run in the deployed, warm pods (a shadow rollback): the same pods, so the
+    /// deployment record stays, but it now says where and when this run started.
+    fn start_warm_deployment(&mut self, pod: String, from: Option<String>) {
+        if let Some(d) = self
+            .st
+            .deployment
+            .as_mut()
+            .filter(|d| d.workload.as_deref() == Some(pod.as_str()))
+        {
+            d.started_from = if from.is_some() {
+                StartedFrom::Savepoint
+            } else {
+                StartedFrom::Empty
+            };
+            d.path = from.clone();
+            d.started_at = Some(self.now.clone());
+        }
+        self.actions.push(Action::Start {
+            pod,
+            from_savepoint: from,
+            epoch: 0,
+        });
+    }
+
+    fn record_savepoint(&mut self, path: &str, reason: &str, started_at: Option<&str>) {
+        let info = SavepointInfo {
+            path: path.to_string(),
+            time: Some(self.now.clone()),
+            reason: Some(reason.to_string()),
+            spec_hash: self.st.deployment.as_ref().map(|d| d.spec_hash.clone()),
+        };
+        if !self.st.savepoint_history.iter().any(|s| s.path == path) {
+            self.st.savepoint_history.push(info.clone());
+        }
+        self.st.last_savepoint = Some(info);
+        let secs = parse_time(started_at)
+            .map(|t| (self.obs.now - t).num_milliseconds().max(0) as f64 / 1000.0)
+            .unwrap_or(0.0);
+        self.sp_done.push((reason.to_string(), secs));
+        self.note(
+            false,
+            "SavepointCompleted",
+            format!("{reason} savepoint completed: {path}"),
+        );
+    }
+
+    // -- observing --------------------------------------------------------------------------
+
+    fn observe_active(&mut self) {
+        let Some(active) = self.active() else { return };
+        if let Some(js) = self.obs.job(&active)
+            && let Some(ck) = &js.latest_checkpoint
+        {
+            let info = CheckpointInfo {
+                id: ck.id.unwrap_or(0),
+                path: Some(ck.path.clone()),
+                time: ck.completed_at.clone(),
+            };
+            if self.st.last_checkpoint.as_ref() != Some(&info) {
+                self.st.last_checkpoint = Some(info);
+            }
+        }
+    }
+
+    fn poll_savepoint(&mut self) -> SpPoll {
+        let Some(p) = self.st.pending_savepoint.clone() else {
+            return SpPoll::NoPending;
+        };
+        // Recorded but never sent (the operator stopped between writing the status and the
+        // request): the job still runs normally after a grace period, so ask again.
+        let age = parse_time(Some(&p.started_at))
+            .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
+            .unwrap_or_default();
+        if p.request_id.is_empty()
+            && age > UNSENT_GRACE
+            && self
+                .active()
+                .and_then(|a| self.obs.job(&a))
+                .is_some_and(|j| {
+                    j.state == RunState::Running
+                        && j.last_savepoint
+                            .as_ref()
+                            .and_then(|s| parse_time(s.completed_at.as_deref()))
+                            .is_none_or(|t| Some(t) < parse_time(Some(&p.started_at)))
+                })
+        {
+            self.st.pending_savepoint = None;
+            return SpPoll::NoPending;
+        }
+        let result = match &self.obs.savepoint {
+            Some(SavepointState::Completed { path }) => Some(Ok(path.clone())),
+            Some(SavepointState::Failed { error }) => Some(Err(error.clone())),
+            Some(SavepointState::Pending) => None,
+            None => {
+                // The pod may have exited after stop-with-savepoint: its termination message.
+                let from_exit = self
+                    .active()
+                    .and_then(|a| self.obs.pod(&a))
+                    .filter(|pod| pod.phase == PodPhase::Succeeded)
+                    .and_then(|pod| pod.message.as_deref())
+                    .and_then(savepoint_from_message);
+                // A path handed over by annotation counts once: not one already recorded.
+                let recovered = self.obs.recovered_savepoint.clone().filter(|r| {
+                    !self.st.savepoint_history.iter().any(|s| &s.path == r)
+                        && self.st.last_savepoint.as_ref().is_none_or(|s| &s.path != r)
+                });
+                let from_exit = from_exit.or(recovered);
+                let from_status = self.active().and_then(|a| {
+                    let js = self.obs.job(&a)?;
+                    let sp = js.last_savepoint.as_ref()?;
+                    let done = parse_time(sp.completed_at.as_deref())?;
+                    (done >= parse_time(Some(&p.started_at))?).then(|| sp.path.clone())
+                });
+                from_exit.or(from_status).map(Ok)
+            }
+        };
+        match result {
+            Some(Ok(path)) => {
+                self.st.pending_savepoint = None;
+                self.record_savepoint(&path, &p.reason, Some(&p.started_at));
+                SpPoll::Done(path)
+            }
+            Some(Err(error)) => {
+                self.st.pending_savepoint = None;
+                self.note(
+                    true,
+                    "SavepointFailed",
+                    format!("{} savepoint failed: {error}", p.reason),
+                );
+                self.st.message = Some(format!("{} savepoint failed: {error}", p.reason));
+                SpPoll::Failed(error)
+            }
+            None => {
+                let age = parse_time(Some(&p.started_at))
+                    .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
+                    .unwrap_or_default();
+                let exited = p.stop
+                    && self
+                        .active()
+                        .and_then(|a| self.obs.pod(&a))
+                        .is_some_and(|pod| pod.phase == PodPhase::Succeeded);
+                if exited {
+                    // The job stopped with a savepoint we cannot see: never give up on it (the
+                    // old job is gone), ask for the path instead.
+                    let dir = self
+                        .upgrade_spec()
+                        .unwrap_or_else(|| self.spec.clone())
+                        .savepoint_dir();
+                    let msg = format!(
+                        "the job stopped with its {} savepoint but exited before the operator could read the path; find the newest savepoint under {dir} and set the annotation {ANNOTATION_RECOVERED_SAVEPOINT}=<path> to continue",
+                        p.reason
+                    );
+                    self.degraded = Some(("SavepointPathUnknown".into(), msg.clone()));
+                    self.st.message = Some(msg);
+                    self.requeue = Duration::from_secs(10);
+                    SpPoll::InFlight
+                } else if age > self.savepoint_timeout() {
+                    self.st.pending_savepoint = None;
+                    let msg = format!(
+                        "{} savepoint did not complete within {}",
+                        p.reason, self.spec.upgrade.savepoint_timeout
+                    );
+                    self.note(true, "SavepointFailed", msg.clone());
+                    self.st.message = Some(msg.clone());
+                    SpPoll::Failed(msg)
+                } else {
+                    self.requeue = FAST;
+                    SpPoll::InFlight
+                }
+            }
+        }
+    }
+
+    fn trigger(&mut self, pod: &str, reason: &str, stop: bool, standby: bool) {
+        let dir = self
+            .upgrade_spec()
+            .unwrap_or_else(|| self.spec.clone())
+            .savepoint_dir();
+        self.actions.push(Action::TriggerSavepoint {
+            pod: pod.to_string(),
+            dir,
+            stop,
+            standby,
+        });
+        self.st.pending_savepoint = Some(PendingSavepoint {
+            request_id: String::new(),
+            reason: reason.to_string(),
+            stop,
+            started_at: self.now.clone(),
+        });
+        self.note(
+            false,
+            "SavepointTriggered",
+            format!(
+                "{reason} savepoint requested from {pod}{}",
+                if stop { " (stop)" } else { "" }
+            ),
+        );
+        self.requeue = FAST;
+    }
+
+    // -- the machine --------------------------------------------------------------------------
+
+    fn run(&mut self) {
+        self.observe_active();
+        let stage = match self.stage() {
+            Ok(s) => s,
+            Err(e) => {
+                // An unreadable record: keep the job as it is and say so.
+                self.st.message = Some(format!(
+                    "status.upgrade is unreadable ({e}); clear status.upgrade to continue"
+                ));
+                self.degraded = Some(("UnreadableStatus".into(), e));
+                return;
+            }
+        };
+        let sp = self.poll_savepoint();
+        match stage {
+            None => self.steady(sp),
+            Some(s) => match (s.kind, s.step) {
+                (_, Planning) => self.planning(s),
+                (Suspend, Suspended) | (Resume, Blocked) => self.suspended(s),
+                (_, Blocked | Aborted | RolledBack) => self.steady(sp),
+                (Shadow, StartingStandby) => self.starting_standby(),
+                (_, Savepointing) => self.savepointing(s, sp),
+                (_, Stopped) => self.stopped(s),
+                (_, Restoring) => self.restoring(s),
+                (_, StartingStandby | Suspended) => {
+                    self.st.message = Some(format!("unexpected stage {s}; clear status.upgrade"));
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,233 @@
+//! `Restoring`: the new version must complete a checkpoint in time; promotion or rollback.
+
+use super::*;
+
+impl Ctx<'_> {
+    pub(super) fn restoring(&mut self, s: Stage) {
+        let Some(up) = self.st.upgrade.clone() else {
+            return;
+        };
+        let target = self.upgrade_spec().unwrap_or_else(|| self.spec.clone());
+        self.requeue = FAST;
+        let watched = if s.kind == Shadow {
+            self.standby_name().unwrap_or_default()
+        } else {
+            self.active().unwrap_or_default()
+        };
+        let pod = self.obs.pod(&watched).cloned();
+        let js = self.obs.job(&watched).cloned();
+        let done = js.as_ref().is_some_and(|j| {
+            (j.state == RunState::Running && j.has_own_checkpoint())
+                || j.state == RunState::Finished
+        }) || pod.as_ref().is_some_and(|p| p.phase == PodPhase::Succeeded);
+        if done {
+            self.promote(s, &up, &target, &watched);
+            return;
+        }
+        // A shadow rollback restarts the old, still-warm pod.
+        if s.kind == Rollback
+            && js.as_ref().is_some_and(|j| j.state == RunState::Standby)
+            && pod.as_ref().is_some_and(|p| !p.terminating)
+        {
+            self.start_warm_deployment(watched.clone(), up.savepoint.clone());
+            return;
+        }
+        let failure = match &pod {
+            None if s.kind == Shadow => {
+                Some(format!("the new version's pod {watched} disappeared"))
+            }
+            None => {
+                // Recreate it: same name, same state (WAL in status.deployment).
+                self.ensure_config(&up.to, &target);
+                self.actions.push(Action::CreatePod(Box::new(PodPlan {
+                    name: watched.clone(),
+                    hash: up.to.clone(),
+                    spec: target.clone(),
+                    from_savepoint: up.savepoint.clone(),
+                    standby: false,
+                    fresh: false,
+                    epoch: 0,
+                })));
+                None
+            }
+            Some(p) if p.phase == PodPhase::Failed => Some(format!("pod {watched} failed")),
+            Some(p) if p.crash_looping() => Some(format!(
+                "pod {watched} is crash-looping ({} restarts{})",
+                p.restarts,
+                p.waiting_reason
+                    .as_deref()
+                    .map(|r| format!(", {r}"))
+                    .unwrap_or_default()
+            )),
+            Some(_) => match js.as_ref().map(|j| j.state) {
+                Some(RunState::Failed) => Some(format!(
+                    "the job failed: {}",
+                    js.as_ref()
+                        .and_then(|j| j.failure.clone())
+                        .unwrap_or_else(|| "no reason".into())
+                )),
+                _ if js
+                    .as_ref()
+                    .is_some_and(|j| j.restarts >= CRASH_LOOP_RESTARTS as u64) =>
+                {
+                    Some(format!(
+                        "the job restarted {} times",
+                        js.as_ref().map(|j| j.restarts).unwrap_or(0)
+                    ))
+                }
+                _ if self.step_age() > Self::readiness_timeout(&target) => Some(format!(
+                    "no checkpoint completed within readinessTimeout {}",
+                    target.upgrade.readiness_timeout
+                )),
+                _ => None,
+            },
+        };
+        let Some(why) = failure else { return };
+        self.fail_restore(s, &up, &watched, why);
+    }
+
+    pub(super) fn promote(
+        &mut self,
+        s: Stage,
+        up: &UpgradeStatus,
+        target: &StreamJobSpec,
+        watched: &str,
+    ) {
+        match s.kind {
+            Rollback => {
+                let failed = up.from.clone().unwrap_or_default();
+                self.begin(UpgradeStatus {
+                    from: Some(up.to.clone()),
+                    to: failed.clone(),
+                    target_spec: None,
+                    step: Stage {
+                        kind: Rollback,
+                        step: RolledBack,
+                    }
+                    .to_string(),
+                    started_at: up.started_at.clone(),
+                    step_started_at: Some(self.now.clone()),
+                    savepoint: up.savepoint.clone(),
+                    message: up.message.clone(),
+                });
+                self.st.phase = Some(Phase::Running);
+                self.note(
+                    true,
+                    "RolledBack",
+                    format!(
+                        "spec {failed} was rolled back; running spec {} again",
+                        up.to
+                    ),
+                );
+                self.outcome = Some(Outcome::RolledBack);
+            }
+            _ => {
+                if s.kind == Shadow {
+                    let old = self.active();
+                    if let Some(old) = old {
+                        self.delete_pod(&old);
+                    }
+                    self.st.deployment = Some(DeploymentStatus {
+                        spec_hash: up.to.clone(),
+                        image: target.image.clone(),
+                        parallelism: Some(target.parallelism),
+                        started_from: if up.savepoint.is_some() {
+                            StartedFrom::Savepoint
+                        } else {
+                            StartedFrom::Empty
+                        },
+                        path: up.savepoint.clone(),
+                        workload: Some(watched.to_string()),
+                        started_at: up.step_started_at.clone(),
+                    });
+                }
+                self.st.last_stable_spec_hash = Some(up.to.clone());
+                self.st.last_stable_spec = serde_json::to_string(target).ok();
+                self.move_to_idle();
+                self.st.phase = Some(Phase::Running);
+                let reason = if s.kind == Resume {
+                    "Resumed"
+                } else {
+                    "Promoted"
+                };
+                self.note(
+                    false,
+                    reason,
+                    format!(
+                        "spec {} completed its first checkpoint and is promoted",
+                        up.to
+                    ),
+                );
+                if s.kind != Resume {
+                    self.outcome = Some(Outcome::Promoted);
+                }
+            }
+        }
+        self.requeue = Duration::from_secs(5);
+    }
+
+    pub(super) fn fail_restore(
+        &mut self,
+        s: Stage,
+        up: &UpgradeStatus,
+        watched: &str,
+        why: String,
+    ) {
+        let stable = self.last_stable().filter(|(h, _)| *h != up.to);
+        match (s.kind, stable) {
+            (Rollback, _) | (_, None) => {
+                // Nothing to return to (or the rollback itself fails): report; the runtime
+                // keeps retrying from its checkpoints.
+                self.failed = true;
+                self.st.message = Some(format!("{why}; no other version to roll back to"));
+                self.degraded = Some(("RestoreFailing".into(), why.clone()));
+                self.note(true, "RestoreFailing", why);
+                self.requeue = Duration::from_secs(10);
+            }
+            (kind, Some((hash, spec))) => {
+                self.note(
+                    true,
+                    "RollingBack",
+                    format!("spec {} failed: {why}; rolling back to {hash}", up.to),
+                );
+                let mut rb = self.new_record(
+                    Some(up.to.clone()),
+                    &hash,
+                    &spec,
+                    Stage {
+                        kind: Rollback,
+                        step: Stopped,
+                    },
+                    format!("rollback: {why}"),
+                );
+                rb.savepoint = up.savepoint.clone();
+                rb.started_at = up.started_at.clone();
+                if kind == Shadow {
+                    self.cancel_and_delete(watched);
+                    let old = self.active().unwrap_or_default();
+                    let warm = self
+                        .obs
+                        .pod(&old)
+                        .is_some_and(|p| !p.terminating && p.phase == PodPhase::Running)
+                        && self
+                            .obs
+                            .job(&old)
+                            .is_some_and(|j| j.state == RunState::Standby);
+                    if warm {
+                        // The old pods restore from the same savepoint at once.
+                        rb.step = Stage {
+                            kind: Rollback,
+                            step: Restoring,
+                        }
+                        .to_string();
+                        self.start_warm_deployment(old, up.savepoint.clone());
+                    }
+                    // Otherwise Rollback/Stopped recreates the old version.
+                }
+                self.begin(rb);
+                self.st.message = Some(format!("rolling back: {why}"));
+                self.requeue = Duration::from_secs(1);
+            }
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! No transition in flight: keep the deployed version running, notice spec changes and start
+//! the right transition (first deploy, plan, suspend).
+
+use super::*;
+
+impl Ctx<'_> {
+    /// No transition in flight (or only a terminal record): keep the deployed job healthy,
+    /// observe it, and start whatever the spec asks for.
+    pub(super) fn steady(&mut self, sp: SpPoll) {
+        let Some(dep) = self.st.deployment.clone() else {
+            self.first_deploy();
+            return;
+        };
+        let active = dep.workload.clone().unwrap_or_default();
+        let pod = self.obs.pod(&active).cloned();
+        let js = self.obs.job(&active).cloned();
+        let mut healthy = false;
+        match &pod {
+            None => {
+                if self.st.phase != Some(Phase::Finished) {
+                    // The job's own checkpoints are newer than what it started from: resume
+                    // from the latest one; otherwise from its savepoint again.
+                    let checkpointed_since = self
+                        .st
+                        .last_checkpoint
+                        .as_ref()
+                        .and_then(|c| parse_time(c.time.as_deref()))
+                        .zip(parse_time(dep.started_at.as_deref()))
+                        .is_some_and(|(ck, start)| ck > start);
+                    let from = match dep.started_from {
+                        StartedFrom::Savepoint if !checkpointed_since => dep.path.clone(),
+                        _ => None,
+                    };
+                    let spec = self.deployed_spec().unwrap_or_else(|| self.spec.clone());
+                    self.ensure_config(&dep.spec_hash, &spec);
+                    self.actions.push(Action::CreatePod(Box::new(PodPlan {
+                        name: active.clone(),
+                        hash: dep.spec_hash.clone(),
+                        spec,
+                        from_savepoint: from,
+                        standby: false,
+                        fresh: false,
+                        epoch: 0,
+                    })));
+                    let msg = format!(
+                        "runtime pod {active} is missing; recreated it (it resumes from the latest checkpoint)"
+                    );
+                    self.note(true, "PodRecreated", msg.clone());
+                    self.degraded = Some(("PodMissing".into(), msg));
+                    self.requeue = FAST;
+                }
+            }
+            Some(p) if p.terminating => {
+                self.degraded = Some((
+                    "PodTerminating".into(),
+                    format!("runtime pod {active} is terminating; it will be recreated"),
+                ));
+                self.requeue = FAST;
+            }
+            Some(p) if p.phase == PodPhase::Failed => {
+                self.delete_pod(&active);
+                let msg = format!(
+                    "runtime pod {active} failed{}; replacing it",
+                    p.message
+                        .as_deref()
+                        .map(|m| format!(": {}", short(m)))
+                        .unwrap_or_default()
+                );
+                self.note(true, "PodFailed", msg.clone());
+                self.degraded = Some(("PodFailed".into(), msg));
+                self.requeue = FAST;
+            }
+            Some(p) if p.phase == PodPhase::Succeeded => {
+                self.st.phase = Some(Phase::Finished);
+                self.ready = Some((false, "Finished".into(), "the job has finished".into()));
+            }
+            Some(p) => {
+                if p.crash_looping() {
+                    self.degraded = Some((
+                        "CrashLooping".into(),
+                        format!(
+                            "runtime pod {active} restarted {} times{}",
+                            p.restarts,
+                            p.waiting_reason
+                                .as_deref()
+                                .map(|r| format!(" ({r})"))
+                                .unwrap_or_default()
+                        ),
+                    ));
+                }
+                match &js {
+                    Some(js) => match js.state {
+                        RunState::Running => {
+                            healthy = true;
+                            self.st.phase = Some(Phase::Running);
+                        }
+                        RunState::Finished => {
+                            self.st.phase = Some(Phase::Finished);
+                            self.ready =
+                                Some((false, "Finished".into(), "the job has finished".into()));
+                        }
+                        // A pod created as a warm standby (a promoted shadow, a warm rollback
+                        // target) waits for a start whenever it is not running its job: after
+                        // the job failed (a runtime started otherwise exits, and its container
+                        // restarts and resumes), and after its container restarted (it comes
+                        // back with `--standby`). Only an upgrade sends a start; in a steady
+                        // state nothing would, and the job would stay stopped for good (found by
+                        // the soak). Replace the pod: the new one resumes from the latest
+                        // checkpoint.
+                        RunState::Failed | RunState::Standby => {
+                            let (reason, what) = if js.state == RunState::Failed {
+                                (
+                                    "JobFailed",
+                                    format!(
+                                        "the job failed after {} restarts ({})",
+                                        js.restarts,
+                                        short(js.failure.as_deref().unwrap_or("no reason"))
+                                    ),
+                                )
+                            } else {
+                                (
+                                    "StandbyRestarted",
+                                    "its container restarted into standby".to_string(),
+                                )
+                            };
+                            let msg = format!(
+                                "runtime pod {active}: {what}; replacing the pod, it resumes from the latest checkpoint"
+                            );
+                            self.delete_pod(&active);
+                            self.note(true, reason, msg.clone());
+                            self.degraded = Some((reason.into(), msg));
+                            self.requeue = FAST;
+                        }
+                        RunState::Restarting => {
+                            let why = js.failure.clone().unwrap_or_else(|| "no reason".into());
+                            self.degraded = Some((
+                                "JobRestarting".into(),
+                                format!(
+                                    "the job is {:?} after {} restarts: {why}",
+                                    js.state, js.restarts
+                                ),
+                            ));
+                        }
+                        _ => {}
+                    },
+                    None => {
+                        let why = self
+                            .obs
+                            .unreachable(&active)
+                            .unwrap_or("no pod IP yet")
+                            .to_string();
+                        self.ready = Some((
+                            false,
+                            "RuntimeUnreachable".into(),
+                            format!("control API of {active}: {why}"),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(js) = &js {
+            // The deployed spec is stable once it completed a checkpoint of its own.
+            if js.has_own_checkpoint()
+                && self.st.last_stable_spec_hash.as_deref() != Some(dep.spec_hash.as_str())
+                && self.spec_hash.as_deref() == Some(dep.spec_hash.as_str())
+            {
+                self.st.last_stable_spec_hash = Some(dep.spec_hash.clone());
+                self.st.last_stable_spec = serde_json::to_string(self.spec).ok();
+                self.note(
+                    false,
+                    "Stable",
+                    format!(
+                        "spec {} completed its first checkpoint; it is the rollback target",
+                        dep.spec_hash
+                    ),
+                );
+            }
+        }
+        if self.st.phase == Some(Phase::Finished) {
+            return;
+        }
+        if self.st.phase.is_none() || self.st.phase == Some(Phase::Failed) && healthy {
+            self.st.phase = Some(if healthy {
+                Phase::Running
+            } else {
+                Phase::Deploying
+            });
+        }
+        if self.st.phase == Some(Phase::Deploying) {
+            self.requeue = self.requeue.min(Duration::from_secs(5));
+        }
+        // Spec changes start only from a settled state.
+        if sp != SpPoll::NoPending || self.st.pending_savepoint.is_some() {
+            return;
+        }
+        let (Some(hash), None) = (self.spec_hash.clone(), self.spec_error.clone()) else {
+            return;
+        };
+        let record = self
+            .stage()
+            .ok()
+            .flatten()
+            .zip(self.st.upgrade.as_ref().map(|u| u.to.clone()));
+        if self.spec.state == JobState::Suspended {
+            self.begin_suspend(healthy, &active, &dep);
+            return;
+        }
+        if hash != dep.spec_hash {
+            match record {
+                // An aborted upgrade (no savepoint could be taken) is tried again once the job
+                // runs and a savepoint timeout has passed.
+                Some((s, to))
+                    if to == hash
+                        && s.step == Aborted
+                        && healthy
+                        && self.step_age() > self.savepoint_timeout() =>
+                {
+                    self.begin_change(&hash, &dep, healthy)
+                }
+                // This very spec was blocked, aborted or rolled back: wait for another one.
+                Some((_, to)) if to == hash => {}
+                _ => self.begin_change(&hash, &dep, healthy),
+            }
+            return;
+        }
+        if record.is_some() {
+            // The spec is back to what runs: forget the blocked/aborted/rolled-back target.
+            self.move_to_idle();
+        }
+        if !healthy {
+            return;
+        }
+        // Savepoints on request and on schedule.
+        let nonce = self
+            .spec
+            .savepoints
+            .as_ref()
+            .map(|s| s.trigger_nonce)
+            .unwrap_or(0);
+        if nonce != self.st.last_handled_nonce.unwrap_or(0) {
+            self.st.last_handled_nonce = Some(nonce);
+            self.trigger(&active, "trigger", false, false);
+            return;
+        }
+        if let Some(periodic) = self
+            .spec
+            .savepoints
+            .as_ref()
+            .and_then(|s| s.periodic.clone())
+        {
+            let every = dur("periodic", &periodic, Duration::from_secs(3600));
+            let since = self
+                .st
+                .last_savepoint
+                .as_ref()
+                .and_then(|s| parse_time(s.time.as_deref()))
+                .into_iter()
+                .chain(parse_time(dep.started_at.as_deref()))
+                .max();
+            let elapsed = since
+                .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
+                .unwrap_or(every);
+            if elapsed >= every {
+                self.trigger(&active, "periodic", false, false);
+            } else {
+                self.requeue = self.requeue.min(every - elapsed + Duration::from_secs(1));
+            }
+        }
+    }
+
+    pub(super) fn deployed_spec(&self) -> Option<StreamJobSpec> {
+        let dep = self.st.deployment.as_ref()?;
+        match self.last_stable() {
+            Some((h, s)) if h == dep.spec_hash => Some(s),
+            _ => {
+                let up = self.upgrade_spec()?;
+                (self.st.upgrade.as_ref()?.to == dep.spec_hash).then_some(up)
+            }
+        }
+    }
+
+    pub(super) fn first_deploy(&mut self) {
+        if self.spec.state == JobState::Suspended {
+            self.st.phase = Some(Phase::Suspended);
+            return;
+        }
+        let Some(hash) = self.spec_hash.clone() else {
+            self.ready = Some((
+                false,
+                "InvalidSpec".into(),
+                self.spec_error.clone().unwrap_or_default(),
+            ));
+            return;
+        };
+        let from = self.spec.initial_savepoint.clone();
+        let nonce = self.now.clone();
+        self.deploy(&hash, &self.spec.clone(), from.clone(), &nonce);
+        self.st.phase = Some(Phase::Deploying);
+        self.note(
+            false,
+            "Deploying",
+            format!(
+                "deploying {} ({}) from {}",
+                self.spec.image,
+                hash,
+                from.as_deref().unwrap_or("an empty state")
+            ),
+        );
+        self.requeue = FAST;
+    }
+
+    pub(super) fn new_record(
+        &self,
+        from: Option<String>,
+        to: &str,
+        spec: &StreamJobSpec,
+        stage: Stage,
+        message: String,
+    ) -> UpgradeStatus {
+        UpgradeStatus {
+            from,
+            to: to.to_string(),
+            target_spec: serde_json::to_string(spec).ok(),
+            step: stage.to_string(),
+            started_at: self.now.clone(),
+            step_started_at: Some(self.now.clone()),
+            savepoint: None,
+            message: Some(message),
+        }
+    }
+
+    pub(super) fn latest_state_path(&self) -> Option<String> {
+        let ck = self
+            .st
+            .last_checkpoint
+            .as_ref()
+            .and_then(|c| Some((parse_time(c.time.as_deref()), c.path.clone()?)));
+        let sp = self
+            .st
+            .last_savepoint
+            .as_ref()
+            .map(|s| (parse_time(s.time.as_deref()), s.path.clone()));
+        match (ck, sp) {
+            (Some(c), Some(s)) => Some(if s.0 > c.0 { s.1 } else { c.1 }),
+            (Some(c), None) => Some(c.1),
+            (None, Some(s)) => Some(s.1),
+            (None, None) => self.st.deployment.as_ref().and_then(|d| d.path.clone()),
+        }
+    }
+
+    pub(super) fn begin_change(&mut self, hash: &str, dep: &DeploymentStatus, _healthy: bool) {
+        let deployed = self.deployed_spec();
+        let change = classify(deployed.as_ref(), self.spec);
+        if change == Change::Policy || change == Change::None {
+            // Only how future rollouts happen changed: adopt it, the job keeps running.
+            if let Some(d) = self.st.deployment.as_mut() {
+                d.spec_hash = hash.to_string();
+            }
+            if self.st.last_stable_spec_hash.as_deref() == Some(dep.spec_hash.as_str()) {
+                self.st.last_stable_spec_hash = Some(hash.to_string());
+                self.st.last_stable_spec = serde_json::to_string(self.spec).ok();
+            }
+            self.move_to_idle();
+            self.note(
+                false,
+                "PolicyUpdated",
+                "spec.upgrade changed; the running job is unchanged",
+            );
+            return;
+        }
+        let spec = self.spec.clone();
+        let mode = spec.upgrade.mode;
+        let shadow =
+            spec.upgrade.strategy == UpgradeStrategy::Shadow && mode == UpgradeMode::Savepoint;
+        let plan_from = if mode == UpgradeMode::Stateless {
+            None
+        } else {
+            self.latest_state_path()
+        };
+        let kind = if shadow { Shadow } else { InPlace };
+        let stage = if mode == UpgradeMode::Stateless {
+            Stage {
+                kind: InPlace,
+                step: Stopped,
+            }
+        } else if plan_from.is_some() {
+            Stage {
+                kind,
+                step: Planning,
+            }
+        } else if shadow {
+            Stage {
+                kind: Shadow,
+                step: StartingStandby,
+            }
+        } else if mode == UpgradeMode::Savepoint
+            || (mode == UpgradeMode::LastState && self.active_running())
+        {
+            Stage {
+                kind: InPlace,
+                step: Savepointing,
+            }
+        } else {
+            Stage {
+                kind: InPlace,
+                step: Stopped,
+            }
+        };
+        let what = format!(
+            "{} change {} -> {} ({:?}, mode {:?})",
+            change.as_str(),
+            dep.spec_hash,
+            hash,
+            kind,
+            mode
+        );
+        self.begin(self.new_record(
+            Some(dep.spec_hash.clone()),
+            hash,
+            &spec,
+            stage,
+            what.clone(),
+        ));
+        self.ensure_config(hash, &spec);
+        if let (Planning, Some(from)) = (stage.step, plan_from) {
+            self.create_plan(hash, &spec, &from);
+        }
+        let reason = if change == Change::Rescale {
+            "RescaleStarted"
+        } else {
+            "UpgradeStarted"
+        };
+        self.note(false, reason, what);
+        self.requeue = Duration::from_secs(1);
+    }
+
+    pub(super) fn create_plan(&mut self, hash: &str, spec: &StreamJobSpec, from: &str) {
+        if let Some(name) = self.plan_name() {
+            self.actions.push(Action::CreatePlanPod {
+                name,
+                hash: hash.to_string(),
+                spec: Box::new(spec.clone()),
+                from: from.to_string(),
+            });
+        }
+    }
+
+    pub(super) fn begin_suspend(&mut self, healthy: bool, _active: &str, dep: &DeploymentStatus) {
+        let spec = self.deployed_spec().unwrap_or_else(|| self.spec.clone());
+        let stage = if healthy {
+            Stage {
+                kind: Suspend,
+                step: Savepointing,
+            }
+        } else {
+            // No savepoint can be taken: resume later from the latest checkpoint.
+            Stage {
+                kind: Suspend,
+                step: Stopped,
+            }
+        };
+        self.begin(self.new_record(
+            Some(dep.spec_hash.clone()),
+            &dep.spec_hash,
+            &spec,
+            stage,
+            if healthy {
+                "suspending: stop with savepoint".into()
+            } else {
+                "suspending: the job is not running, it will resume from its latest checkpoint"
+                    .into()
+            },
+        ));
+        self.note(false, "Suspending", "spec.state is suspended");
+        self.requeue = Duration::from_secs(1);
+    }
+}
