@@ -6,8 +6,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use streamjob_contract::requests::StartRequest;
 
 use crate::{Error, Result};
 
@@ -46,163 +47,17 @@ async fn read_json<T: DeserializeOwned>(resp: reqwest::Response, what: &str) -> 
     serde_json::from_slice(&body).map_err(|e| Error::Control(format!("bad {what} body: {e}")))
 }
 
-/// Run state reported by `GET /v1/status`.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum RunState {
-    Created,
-    /// Pods started with `--standby`: the job graph is loaded, waiting for `POST /v1/start`
-    /// (shadow upgrades; not yet in the runtime).
-    Standby,
-    Restoring,
-    Running,
-    Stopping,
-    Finished,
-    Failed,
-    Restarting,
-    /// `POST /v1/cancel` stopped it without committing; it waits to be deleted.
-    Cancelled,
-    /// Anything a newer runtime reports that this operator does not know.
-    #[serde(other)]
-    Unknown,
-}
+/// The contract's types (`streamjob-contract`), under the names the decision uses.
+pub use streamjob_contract::requests::{SavepointProgress as SavepointState, SavepointRequest};
+pub use streamjob_contract::status::{JobStatus, RestoredFrom, RunState, Snapshot, SourceProblem};
 
-/// What the job was restored from.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoredFrom {
-    #[serde(default)]
-    pub kind: String,
-    #[serde(default)]
-    pub path: Option<String>,
-}
-
-/// A completed checkpoint or savepoint.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct Snapshot {
-    /// Checkpoint or savepoint id; a number, or a string holding one (other strings: none).
-    #[serde(default, deserialize_with = "lenient_id")]
-    pub id: Option<u64>,
-    pub path: String,
-    #[serde(default)]
-    pub completed_at: Option<String>,
-    #[serde(default)]
-    pub duration_ms: Option<u64>,
-}
-
-fn null_as_zero<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(0.0))
-}
-
-fn lenient_id<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Option<u64>, D::Error> {
-    Ok(match serde_json::Value::deserialize(d)? {
-        serde_json::Value::Number(n) => n.as_u64(),
-        serde_json::Value::String(s) => s.parse().ok(),
-        _ => None,
-    })
-}
-
-/// `GET /v1/status`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct JobStatus {
-    pub state: RunState,
-    #[serde(default)]
-    pub restored_from: Option<RestoredFrom>,
-    #[serde(default)]
-    pub latest_checkpoint: Option<Snapshot>,
-    #[serde(default)]
-    pub last_savepoint: Option<Snapshot>,
-    #[serde(default)]
-    pub records_in: u64,
-    #[serde(default)]
-    pub records_out: u64,
-    /// JSON has no NaN: a runtime that has not measured a rate yet may send `null`.
-    #[serde(default, deserialize_with = "null_as_zero")]
-    pub records_in_per_second: f64,
-    #[serde(default)]
-    pub restarts: u64,
-    #[serde(default)]
-    pub failure: Option<String>,
-    /// Sources that cannot make progress right now (brokers down, topic missing), and why.
-    #[serde(default)]
-    pub problems: Vec<SourceProblem>,
-    /// Kafka sources: records not yet read.
-    #[serde(default)]
-    pub consumer_lag: Option<i64>,
-}
-
-/// A source of the job that cannot make progress.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct SourceProblem {
-    pub uid: String,
-    pub message: String,
-}
-
-impl JobStatus {
-    /// A job in `state` with nothing else reported (tests and defaults).
-    pub fn new(state: RunState) -> Self {
-        Self {
-            state,
-            restored_from: None,
-            latest_checkpoint: None,
-            last_savepoint: None,
-            records_in: 0,
-            records_out: 0,
-            records_in_per_second: 0.0,
-            restarts: 0,
-            failure: None,
-            problems: Vec::new(),
-            consumer_lag: None,
-        }
-    }
-
-    /// Whether the job completed a checkpoint of its own since it was (re)started: the latest
-    /// checkpoint exists and is not the snapshot it restored from.
-    pub fn has_own_checkpoint(&self) -> bool {
-        match (&self.latest_checkpoint, &self.restored_from) {
-            (None, _) => false,
-            (Some(_), None) => true,
-            (Some(ck), Some(from)) => Some(&ck.path) != from.path.as_ref(),
-        }
-    }
-}
-
-/// `GET /v1/savepoints/{id}`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SavepointState {
-    Pending,
-    Completed { path: String },
-    Failed { error: String },
-}
-
-#[derive(Deserialize)]
-struct SavepointStateWire {
-    state: String,
-    #[serde(default)]
-    path: Option<String>,
-    #[serde(default)]
-    error: Option<String>,
-}
-
-impl SavepointStateWire {
-    fn into_state(self) -> Result<SavepointState> {
-        match self.state.as_str() {
-            "pending" => Ok(SavepointState::Pending),
-            "completed" => match self.path {
-                Some(path) if !path.is_empty() => Ok(SavepointState::Completed { path }),
-                _ => Err(Error::Control(
-                    "savepoint reported completed without a path".into(),
-                )),
-            },
-            "failed" => Ok(SavepointState::Failed {
-                error: self.error.unwrap_or_else(|| "no reason given".into()),
-            }),
-            other => Err(Error::Control(format!("unknown savepoint state {other:?}"))),
-        }
+/// A savepoint answer the decision can use: `completed` must name where.
+fn checked(progress: SavepointState) -> Result<SavepointState> {
+    match progress {
+        SavepointState::Completed { path } if path.is_empty() => Err(Error::Control(
+            "savepoint reported completed without a path".into(),
+        )),
+        other => Ok(other),
     }
 }
 
@@ -227,19 +82,6 @@ impl Endpoint {
             token: token.to_string(),
         }
     }
-}
-
-/// Body of `POST /v1/savepoints`.
-#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct SavepointRequest {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dir: Option<String>,
-    pub stop: bool,
-    /// Shadow upgrades: after stop-with-savepoint keep the process up, waiting for
-    /// `POST /v1/start` (runtime requirement; ignored by runtimes that do not know it).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub standby: bool,
 }
 
 /// The calls the operator makes to a runtime pod.
@@ -347,8 +189,7 @@ impl ControlApi for HttpControl {
                     .bearer_auth(&ep.token),
             )
             .await?;
-        let wire: SavepointStateWire = read_json(resp, &format!("/v1/savepoints/{id}")).await?;
-        wire.into_state()
+        checked(read_json(resp, &format!("/v1/savepoints/{id}")).await?)
     }
 
     async fn start(&self, ep: &Endpoint, from_savepoint: Option<&str>, epoch: u64) -> Result<()> {
@@ -356,7 +197,10 @@ impl ControlApi for HttpControl {
             self.client
                 .post(format!("{}/v1/start", ep.base_url))
                 .bearer_auth(&ep.token)
-                .json(&serde_json::json!({ "fromSavepoint": from_savepoint, "epoch": epoch })),
+                .json(&StartRequest {
+                    from_savepoint: from_savepoint.map(str::to_string),
+                    epoch: Some(epoch),
+                }),
         )
         .await?;
         Ok(())
@@ -419,9 +263,9 @@ mod tests {
     #[test]
     fn savepoint_states() {
         let parse = |s: &str| {
-            serde_json::from_str::<SavepointStateWire>(s)
-                .unwrap()
-                .into_state()
+            serde_json::from_str::<SavepointState>(s)
+                .map_err(|e| Error::Control(e.to_string()))
+                .and_then(checked)
         };
         assert_eq!(
             parse(r#"{"state":"pending"}"#).unwrap(),
@@ -432,6 +276,7 @@ mod tests {
             SavepointState::Completed { path: "p".into() }
         );
         assert!(parse(r#"{"state":"completed"}"#).is_err());
+        assert!(parse(r#"{"state":"completed","path":""}"#).is_err());
         assert_eq!(
             parse(r#"{"state":"failed","error":"x"}"#).unwrap(),
             SavepointState::Failed { error: "x".into() }

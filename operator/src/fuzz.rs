@@ -18,7 +18,7 @@ use crate::fuzz_loop::fuzz;
 use streamjob_crds::hash::deployment_hash;
 use streamjob_crds::v1alpha1::{
     CheckpointInfo, DeploymentStatus, JobState, PendingSavepoint, Phase, SavepointInfo,
-    StartedFrom, StreamJob, StreamJobSpec, StreamJobStatus, UpgradeStatus, UpgradeStrategy,
+    StartedFrom, StreamJobSpec, StreamJobStatus, UpgradeStatus, UpgradeStrategy,
 };
 
 use crate::control::{JobStatus, RestoredFrom, RunState, SavepointState, Snapshot, SourceProblem};
@@ -296,24 +296,7 @@ fn fuzz_plan_report_in_a_log_tail() {
 const OLD: &str = "clicks-old";
 const NEW: &str = "clicks-new";
 
-fn base_spec() -> StreamJobSpec {
-    let yaml = r#"
-apiVersion: streamjob.io/v1alpha1
-kind: StreamJob
-metadata: {name: clicks}
-spec:
-  image: runtime:1
-  parallelism: 2
-  checkpoints: {dir: s3://b/ck/clicks}
-  savepoints: {dir: s3://b/sp/clicks, history: {maxCount: 3}}
-  pipeline:
-    - uid: gen
-      source: {generator: {keys: 10}}
-    - uid: out
-      print: {}
-"#;
-    StreamJob::from_yaml(yaml).unwrap().spec
-}
+use crate::decide::tests::base_spec;
 
 /// The specs a job may have: the deployed one, an upgrade, a rescale, shadow, suspended, and an
 /// invalid one.

@@ -24,9 +24,8 @@ pub const CONTAINER: &str = "runtime";
 pub const MANIFEST_KEY: &str = "manifest.yaml";
 /// Secret key of the control token.
 pub const TOKEN_KEY: &str = "token";
-/// Env var the runtime reads the manifest from (`env:STREAMJOB_MANIFEST`).
-pub const MANIFEST_ENV: &str = "STREAMJOB_MANIFEST";
-pub const TOKEN_ENV: &str = "STREAMJOB_CONTROL_TOKEN";
+/// Env vars the runtime reads the manifest (`env:STREAMJOB_MANIFEST`) and its token from.
+pub use streamjob_contract::process::{MANIFEST_ENV, TOKEN_ENV};
 
 /// The StreamJob the objects belong to.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,19 +26,21 @@ use clap::{Parser, Subcommand};
 use streamjob_crds::v1alpha1::StreamJob;
 use tracing::Instrument;
 
-use crate::coordinator::{Outcome, RestoreFrom, RunOptions, Shared, run_job};
+use crate::coordinator::{Outcome, RestoreFrom, RunOptions, RunState, Shared, run_job};
 use crate::error::{Error, Result};
 use crate::graph::{JobGraph, build_graph};
 use crate::registry::Registry;
 use crate::restore::check_restore;
+use streamjob_contract::process::{TOKEN_ENV, exit};
+
 use crate::snapshot::SnapshotMetadata;
 use crate::storage::Location;
 
 /// Exit code of an incompatible restore.
-pub const EXIT_INCOMPATIBLE: u8 = 3;
+pub const EXIT_INCOMPATIBLE: u8 = exit::INCOMPATIBLE;
 /// Exit code of a run fenced off by a newer epoch (see [`crate::fence`]): it committed nothing
 /// after the newer run started and must not be restarted.
-pub const EXIT_SUPERSEDED: u8 = 4;
+pub const EXIT_SUPERSEDED: u8 = exit::SUPERSEDED;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -295,7 +297,7 @@ async fn dispatch(cli: Cli, registry: Registry) -> ExitCode {
                 Error::Manifest(_)
                 | Error::Plan { .. }
                 | Error::Unsupported(_)
-                | Error::Rewind { .. } => ExitCode::from(2),
+                | Error::Rewind { .. } => ExitCode::from(exit::INVALID),
                 _ => ExitCode::from(1),
             }
         }
@@ -377,7 +379,7 @@ fn read_token(file: Option<&str>) -> Result<Option<String>> {
         }
         return Ok(Some(t.to_string()));
     }
-    Ok(std::env::var("STREAMJOB_CONTROL_TOKEN")
+    Ok(std::env::var(TOKEN_ENV)
         .ok()
         .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty()))
@@ -432,23 +434,26 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
                 wait_for_signal().await;
                 count += 1;
                 let state = shared.status().state;
-                match state.as_str() {
+                match state {
                     _ if count > 1 => {
                         eprintln!("exiting without savepoint");
                         std::process::exit(130);
                     }
-                    "standby" | "finished" | "created" | "cancelled" => {
+                    RunState::Standby
+                    | RunState::Finished
+                    | RunState::Created
+                    | RunState::Cancelled => {
                         tracing::info!(%state, "signal: nothing runs, exiting");
                         std::process::exit(0);
                     }
-                    "failed" => std::process::exit(1),
+                    RunState::Failed => std::process::exit(1),
                     _ if shared
                         .awaiting_start
                         .load(std::sync::atomic::Ordering::SeqCst) =>
                     {
                         std::process::exit(1)
                     }
-                    "stopping" => {
+                    RunState::Stopping => {
                         // a stop with savepoint is under way: let it end, then exit
                         shared
                             .shutdown
@@ -486,7 +491,13 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
                 let ck = s
                     .latest_checkpoint
                     .as_ref()
-                    .map(|c| format!("chk-{} ({} ms)", c.id, c.duration_ms))
+                    .map(|c| {
+                        format!(
+                            "chk-{} ({} ms)",
+                            c.id.unwrap_or_default(),
+                            c.duration_ms.unwrap_or_default()
+                        )
+                    })
                     .unwrap_or_else(|| "none".into());
                 eprint!(
                     "\r\x1b[2K{} | in {} ({:.0}/s) | out {} | last checkpoint {}",
@@ -625,7 +636,7 @@ async fn worker(args: WorkerArgs, registry: Registry) -> Result<ExitCode> {
 }
 
 /// Exit code of a coordinator stopped by a signal after its final checkpoint (128 + SIGTERM).
-pub const EXIT_SIGNALLED: u8 = 143;
+pub const EXIT_SIGNALLED: u8 = exit::SIGNALLED;
 
 /// `dispose MANIFEST PATH...`: deletes savepoint directories on the manifest's storage.
 async fn dispose(manifest: &str, paths: &[String]) -> Result<ExitCode> {

@@ -3,7 +3,7 @@
 //! | method | path                   | body / answer |
 //! |--------|------------------------|---------------|
 //! | GET    | `/healthz` (no auth)   | 200 while the job graph is running or in standby, 503 otherwise |
-//! | GET    | `/v1/status`           | [`crate::coordinator::JobStatus`] |
+//! | GET    | `/v1/status`           | [`streamjob_contract::status::JobStatus`] |
 //! | POST   | `/v1/savepoints`       | `{"dir"?: string, "stop": bool, "standby"?: bool}` → 202 `{"id"}` (409 unless a job runs) |
 //! | GET    | `/v1/savepoints/{id}`  | `{"state": "pending"\|"completed"\|"failed", "path"?, "error"?}` |
 //! | POST   | `/v1/start`            | `{"fromSavepoint"?: string\|null, "epoch"?: int}` → 202 `{"state": "restoring"}` (409 unless in standby) |
@@ -24,9 +24,10 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
 
-use crate::coordinator::Shared;
+use streamjob_contract::requests::{Accepted, SavepointRequest, StartRequest};
+
+use crate::coordinator::{RunState, Shared};
 use crate::error::Result;
 
 #[derive(Clone)]
@@ -92,26 +93,6 @@ fn bad_request(message: String) -> Response {
         .into_response()
 }
 
-#[derive(Deserialize)]
-struct SavepointBody {
-    #[serde(default)]
-    dir: Option<String>,
-    #[serde(default)]
-    stop: bool,
-    #[serde(default)]
-    standby: bool,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct StartBody {
-    #[serde(default)]
-    from_savepoint: Option<String>,
-    /// The new run's epoch (see [`crate::fence`]).
-    #[serde(default)]
-    epoch: Option<u64>,
-}
-
 fn conflict(message: String) -> Response {
     (
         StatusCode::CONFLICT,
@@ -162,10 +143,10 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
 async fn healthz(State(st): State<AppState>) -> Response {
     let s = st.shared.status();
     // a standby process is ready: it waits for `POST /v1/start` (shadow upgrades wait for it)
-    if s.state == "running" || s.state == "standby" {
+    if matches!(s.state, RunState::Running | RunState::Standby) {
         (StatusCode::OK, "ok").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, s.state).into_response()
+        (StatusCode::SERVICE_UNAVAILABLE, s.state.as_str()).into_response()
     }
 }
 
@@ -173,12 +154,8 @@ async fn status(State(st): State<AppState>) -> Response {
     Json(st.shared.status()).into_response()
 }
 
-async fn trigger(State(st): State<AppState>, body: Option<Json<SavepointBody>>) -> Response {
-    let body = body.map(|b| b.0).unwrap_or(SavepointBody {
-        dir: None,
-        stop: false,
-        standby: false,
-    });
+async fn trigger(State(st): State<AppState>, body: Option<Json<SavepointRequest>>) -> Response {
+    let body = body.map(|b| b.0).unwrap_or_default();
     if let Some(dir) = &body.dir
         && let Err(e) = st.stores.check("dir", dir)
     {
@@ -186,18 +163,20 @@ async fn trigger(State(st): State<AppState>, body: Option<Json<SavepointBody>>) 
     }
     let state = st.shared.status().state;
     // nothing runs in these states: a queued request would wait for a later run
-    if matches!(state.as_str(), "finished" | "failed" | "standby")
-        || st.shared.awaiting_start.load(Ordering::SeqCst)
+    if matches!(
+        state,
+        RunState::Finished | RunState::Failed | RunState::Standby
+    ) || st.shared.awaiting_start.load(Ordering::SeqCst)
     {
         return conflict(format!("the job is {state}: no savepoint can be taken"));
     }
     let id = st
         .shared
         .request_savepoint(body.dir, body.stop, body.standby);
-    (StatusCode::ACCEPTED, Json(serde_json::json!({"id": id}))).into_response()
+    (StatusCode::ACCEPTED, Json(Accepted { id })).into_response()
 }
 
-async fn start(State(st): State<AppState>, body: Option<Json<StartBody>>) -> Response {
+async fn start(State(st): State<AppState>, body: Option<Json<StartRequest>>) -> Response {
     let body = body.map(|b| b.0).unwrap_or_default();
     if !st.shared.awaiting_start.load(Ordering::SeqCst) {
         let state = st.shared.status().state;

@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -62,78 +61,9 @@ pub enum Outcome {
     Cancelled,
 }
 
-/// A reference to a completed snapshot, as the status reports it.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct SnapshotInfo {
-    pub id: u64,
-    pub path: String,
-    pub completed_at: String,
-    pub duration_ms: u64,
-}
-
-/// Where the job's state came from.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct RestoredFrom {
-    pub kind: String,
-    pub path: Option<String>,
-}
-
-/// `/v1/status`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct JobStatus {
-    pub state: String,
-    pub restored_from: Option<RestoredFrom>,
-    pub latest_checkpoint: Option<SnapshotInfo>,
-    pub last_savepoint: Option<SnapshotInfo>,
-    pub records_in: u64,
-    pub records_out: u64,
-    pub records_in_per_second: f64,
-    pub restarts: u64,
-    pub failure: Option<String>,
-    /// Sources that cannot make progress right now, and why (brokers down, topic missing).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<SourceProblem>,
-    /// Kafka sources: records between their positions and the ends of their partitions.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub consumer_lag: Option<i64>,
-}
-
-/// A source that cannot make progress.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct SourceProblem {
-    pub uid: String,
-    pub message: String,
-}
-
-impl Default for JobStatus {
-    fn default() -> Self {
-        Self {
-            state: "created".into(),
-            restored_from: None,
-            latest_checkpoint: None,
-            last_savepoint: None,
-            records_in: 0,
-            records_out: 0,
-            records_in_per_second: 0.0,
-            restarts: 0,
-            failure: None,
-            problems: Vec::new(),
-            consumer_lag: None,
-        }
-    }
-}
-
-/// State of a savepoint request (`GET /v1/savepoints/{id}`).
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct SavepointRequestState {
-    pub state: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+/// `/v1/status` and the savepoint answers: the contract's types (`streamjob-contract`).
+pub use streamjob_contract::requests::SavepointProgress;
+pub use streamjob_contract::status::{JobStatus, RestoredFrom, RunState, Snapshot, SourceProblem};
 
 /// Requests from the control API (and signals) to the coordinator.
 #[derive(Debug)]
@@ -166,7 +96,7 @@ pub struct Shared {
     pub job_name: String,
     pub status: Mutex<JobStatus>,
     pub metrics: JobMetrics,
-    pub savepoints: Mutex<HashMap<String, SavepointRequestState>>,
+    pub savepoints: Mutex<HashMap<String, SavepointProgress>>,
     pub requests: mpsc::UnboundedSender<ControlRequest>,
     next_request: std::sync::atomic::AtomicU64,
     /// Whether the coordinator waits for `POST /v1/start` (standby, or failed after a start).
@@ -199,14 +129,7 @@ impl Shared {
         let n = self.next_request.fetch_add(1, Ordering::Relaxed);
         let id = format!("sp-{n}-{}", chrono::Utc::now().format("%Y%m%dT%H%M%S"));
         if let Ok(mut m) = self.savepoints.lock() {
-            m.insert(
-                id.clone(),
-                SavepointRequestState {
-                    state: "pending".into(),
-                    path: None,
-                    error: None,
-                },
-            );
+            m.insert(id.clone(), SavepointProgress::Pending);
         }
         let _ = self.requests.send(ControlRequest::Savepoint {
             id: id.clone(),
@@ -275,9 +198,9 @@ impl Shared {
         s
     }
 
-    fn set_state(&self, state: &str) {
+    fn set_state(&self, state: RunState) {
         if let Ok(mut s) = self.status.lock() {
-            s.state = state.to_string();
+            s.state = state;
         }
     }
 
@@ -292,16 +215,8 @@ impl Shared {
             m.insert(
                 id.to_string(),
                 match result {
-                    Ok(path) => SavepointRequestState {
-                        state: "completed".into(),
-                        path: Some(path),
-                        error: None,
-                    },
-                    Err(e) => SavepointRequestState {
-                        state: "failed".into(),
-                        path: None,
-                        error: Some(e),
-                    },
+                    Ok(path) => SavepointProgress::Completed { path },
+                    Err(error) => SavepointProgress::Failed { error },
                 },
             );
         }
@@ -730,13 +645,13 @@ pub async fn run_job(
                 tracing::warn!(
                     "cancelled: nothing more is committed; waiting to be deleted (or POST /v1/start)"
                 );
-                shared.set_state("cancelled");
+                shared.set_state(RunState::Cancelled);
                 standby = true;
                 failed = true;
             }
             Err(e) => {
                 shared.update(|s| {
-                    s.state = "failed".into();
+                    s.state = RunState::Failed;
                     s.failure = Some(e.to_string());
                 });
                 // a job started from standby keeps the process up, so the operator reads the
@@ -760,7 +675,7 @@ async fn wait_for_start(
     show: bool,
 ) -> Result<(RestoreFrom, Option<u64>)> {
     if show {
-        shared.set_state("standby");
+        shared.set_state(RunState::Standby);
     }
     shared.awaiting_start.store(true, Ordering::SeqCst);
     tracing::info!("standing by: waiting for POST /v1/start");
@@ -778,7 +693,7 @@ async fn wait_for_start(
             } => {
                 shared.awaiting_start.store(false, Ordering::SeqCst);
                 // `restoring` before the reply: whoever reads the status next sees the start
-                shared.set_state("restoring");
+                shared.set_state(RunState::Restoring);
                 let _ = reply.send(Ok(()));
                 tracing::info!(from_savepoint = ?from_savepoint, ?epoch, "start requested");
                 let from = match from_savepoint {
@@ -924,7 +839,7 @@ async fn run_session(
         streamjob_crds::units::parse_duration("checkpoints.timeout", &spec.checkpoints.timeout)?;
     let retained = spec.checkpoints.retained.max(1) as usize;
 
-    shared.set_state("restoring");
+    shared.set_state(RunState::Restoring);
     // a run from standby reports only its own progress (the operator promotes a new version at
     // its first checkpoint that is not the one it restored)
     shared.update(|s| {
@@ -1010,7 +925,7 @@ async fn run_session(
         };
         let result = match attempt {
             Ok(attempt) => {
-                shared.set_state("running");
+                shared.set_state(RunState::Running);
                 tracing::info!(subtasks = attempt.subtasks, "job running");
                 run_attempt(
                     graph,
@@ -1038,15 +953,15 @@ async fn run_session(
         match result {
             Ok((outcome, _)) => {
                 shared.set_state(match outcome {
-                    Outcome::StoppedToStandby { .. } => "standby",
-                    Outcome::Cancelled => "cancelled",
-                    _ => "finished",
+                    Outcome::StoppedToStandby { .. } => RunState::Standby,
+                    Outcome::Cancelled => RunState::Cancelled,
+                    _ => RunState::Finished,
                 });
                 return Ok(outcome);
             }
             Err((e @ (Error::Superseded { .. } | Error::Rewind { .. }), _)) => {
                 shared.update(|s| s.failure = Some(e.to_string()));
-                shared.set_state("failed");
+                shared.set_state(RunState::Failed);
                 return Err(e);
             }
             Err((e, latest)) => {
@@ -1057,7 +972,7 @@ async fn run_session(
                 if let Err(fenced @ Error::Superseded { .. }) = fence.ensure_current().await {
                     tracing::warn!(error = %e, "attempt failed after the run was superseded");
                     shared.update(|s| s.failure = Some(fenced.to_string()));
-                    shared.set_state("failed");
+                    shared.set_state(RunState::Failed);
                     return Err(fenced);
                 }
                 let decision = restarts.on_failure(started.elapsed(), rand::random::<f64>());
@@ -1077,7 +992,7 @@ async fn run_session(
                 };
                 shared.metrics.restarts.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, ?decision, "job failed: restarting from the latest completed checkpoint");
-                shared.set_state("restarting");
+                shared.set_state(RunState::Restarting);
                 // requests that arrive while waiting go to the next attempt; a shutdown ends
                 // the wait (and the run)
                 let wake = tokio::time::Instant::now() + delay;
@@ -1129,7 +1044,7 @@ async fn run_session(
 
 /// The run fails for good after `restarts` restarts in a row; `last` is the last failure.
 fn gave_up(shared: &Shared, restarts: u32, last: &Error) -> Error {
-    shared.set_state("failed");
+    shared.set_state(RunState::Failed);
     Error::TooManyRestarts {
         restarts,
         last: last.to_string(),
@@ -1205,7 +1120,7 @@ async fn run_attempt(
             if let Some(ControlRequest::StopWithCheckpoint) = next {
                 let id = *next_id;
                 *next_id += 1;
-                shared.set_state("stopping");
+                shared.set_state(RunState::Stopping);
                 tracing::info!(
                     checkpoint = id,
                     "stopping with a final checkpoint (--resume restores it)"
@@ -1236,7 +1151,7 @@ async fn run_attempt(
                 match Location::parse(&dir, storage.as_ref()) {
                     Ok(loc) => {
                         if stop {
-                            shared.set_state("stopping");
+                            shared.set_state(RunState::Stopping);
                         }
                         let mut p = trigger(
                             BarrierKind::Savepoint { stop },
@@ -1467,11 +1382,11 @@ async fn complete(
         }
     }
     let duration = p.started.elapsed();
-    let info = SnapshotInfo {
-        id: p.barrier.id,
+    let info = Snapshot {
+        id: Some(p.barrier.id),
         path: p.barrier.target.display().to_string(),
-        completed_at: meta.created_at.clone(),
-        duration_ms: duration.as_millis() as u64,
+        completed_at: Some(meta.created_at.clone()),
+        duration_ms: Some(duration.as_millis() as u64),
     };
     shared.metrics.observe_checkpoint(duration.as_secs_f64());
     match p.barrier.kind {
@@ -1487,7 +1402,7 @@ async fn complete(
             tracing::info!(
                 checkpoint = p.barrier.id,
                 path = %info.path,
-                duration_ms = info.duration_ms,
+                duration_ms = duration.as_millis() as u64,
                 "checkpoint {} completed",
                 p.barrier.id
             );
@@ -1703,7 +1618,7 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("bad record"), "{err}");
-        assert_eq!(shared.status().state, "failed");
+        assert_eq!(shared.status().state, RunState::Failed);
         assert_eq!(shared.metrics.restarts.load(Ordering::Relaxed), 2);
     }
 }

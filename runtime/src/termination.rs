@@ -16,7 +16,7 @@
 use crate::restore::{OperatorStatus, PlanReport};
 
 /// Environment variable naming the file (our process kubelet sets it per container).
-pub const PATH_ENV: &str = "STREAMJOB_TERMINATION_MESSAGE_PATH";
+pub use streamjob_contract::process::TERMINATION_MESSAGE_PATH_ENV as PATH_ENV;
 /// Kubernetes' default `terminationMessagePath`.
 pub const DEFAULT_PATH: &str = "/dev/termination-log";
 /// Kubernetes truncates termination messages to 4096 bytes.

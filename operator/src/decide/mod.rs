@@ -31,6 +31,7 @@ use streamjob_crds::v1alpha1::{
 };
 
 use crate::control::{JobStatus, RunState, SavepointState};
+use streamjob_contract::process::exit;
 
 mod actions;
 mod guard;
@@ -627,4 +628,4 @@ impl Ctx<'_> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -7,7 +7,8 @@ use streamjob_crds::v1alpha1::{StreamJob, UpgradeMode, UpgradeStrategy};
 
 const JOB: &str = "clicks";
 
-fn base_spec() -> StreamJobSpec {
+/// The job the tables (and `crate::fuzz`) start from.
+pub(crate) fn base_spec() -> StreamJobSpec {
     let yaml = r#"
 apiVersion: streamjob.io/v1alpha1
 kind: StreamJob

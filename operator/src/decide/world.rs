@@ -3,6 +3,10 @@
 
 use super::*;
 
+const EXIT_OK: i32 = exit::OK as i32;
+const EXIT_INVALID: i32 = exit::INVALID as i32;
+const EXIT_INCOMPATIBLE: i32 = exit::INCOMPATIBLE as i32;
+
 /// Labels on everything the operator creates.
 pub const LABEL_JOB: &str = "streamjob.io/job";
 pub const LABEL_HASH: &str = "streamjob.io/spec-hash";
@@ -205,8 +209,8 @@ pub fn plan_result(pod: &PodObs) -> PlanResult {
         _ => return PlanResult::Running,
     };
     match code {
-        0 => PlanResult::Compatible,
-        3 => {
+        EXIT_OK => PlanResult::Compatible,
+        EXIT_INCOMPATIBLE => {
             let reasons = pod
                 .message
                 .as_deref()
@@ -232,7 +236,7 @@ pub fn plan_result(pod: &PodObs) -> PlanResult {
                     .map(|m| format!(": {}", short(m)))
                     .unwrap_or_default()
             );
-            if other == 2 {
+            if other == EXIT_INVALID {
                 PlanResult::Error(why)
             } else {
                 PlanResult::Transient(why)
