@@ -291,6 +291,66 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// Requests beyond the in-flight limit are answered 503 at once, not queued; the limit frees
+    /// as requests finish.
+    #[tokio::test]
+    async fn requests_beyond_the_in_flight_limit_get_503() {
+        let (entered_tx, mut entered) = tokio::sync::watch::channel(0usize);
+        let release = Arc::new(tokio::sync::Notify::new());
+        let handler = {
+            let release = release.clone();
+            move || {
+                let release = release.clone();
+                let entered_tx = entered_tx.clone();
+                async move {
+                    // registered before it counts as entered, so no release is missed
+                    let released = release.notified();
+                    tokio::pin!(released);
+                    released.as_mut().enable();
+                    entered_tx.send_modify(|n| *n += 1);
+                    released.await;
+                    "done"
+                }
+            }
+        };
+        let app = Router::new()
+            .route("/slow", get(handler))
+            .layer(middleware::from_fn_with_state(
+                Arc::new(tokio::sync::Semaphore::new(2)),
+                in_flight,
+            ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/slow", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = reqwest::Client::new();
+        let held: Vec<_> = (0..2)
+            .map(|_| tokio::spawn(client.get(&url).send()))
+            .collect();
+        entered.wait_for(|n| *n == 2).await.unwrap();
+        let third =
+            tokio::time::timeout(std::time::Duration::from_secs(10), client.get(&url).send())
+                .await
+                .expect("the request over the limit is answered at once, not queued")
+                .unwrap();
+        assert_eq!(third.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            *entered.borrow(),
+            2,
+            "the third request never reached the handler"
+        );
+        release.notify_waiters();
+        for h in held {
+            assert_eq!(h.await.unwrap().unwrap().status(), reqwest::StatusCode::OK);
+        }
+        let fourth = tokio::spawn(client.get(&url).send());
+        entered.wait_for(|n| *n == 3).await.unwrap();
+        release.notify_waiters();
+        assert_eq!(
+            fourth.await.unwrap().unwrap().status(),
+            reqwest::StatusCode::OK
+        );
+    }
+
     /// A job spec with the given store lines (indented under `spec:`).
     fn spec_with(stores: &str) -> streamjob_crds::v1alpha1::StreamJobSpec {
         let yaml = format!(
