@@ -442,9 +442,12 @@ pub async fn read_part_at(
 pub struct UploadMarker {
     /// The sink instance (one per sink subtask per attempt) that started the upload.
     pub instance: String,
-    /// Bucket key of the part file the upload completes into.
+    /// Bucket key of the part file the upload completes into, or of the staging object a
+    /// small part file is copied from.
     pub key: String,
-    pub upload_id: String,
+    /// The multipart upload; `None`: a staging object (files below one part are written whole
+    /// to a hidden object and committed by a copy).
+    pub upload_id: Option<String>,
 }
 
 /// The upload markers under `output/<name>/` now (a marker is dropped once its upload is
@@ -464,13 +467,19 @@ pub async fn upload_markers(env: &TestEnv, bucket: &str, name: &str) -> Result<V
             .map_err(|e| Error::Other(format!("upload marker {}: {e}", o.key)))?;
         let file = o.key.rsplit('/').next().unwrap_or_default();
         let instance = file.rsplit_once('-').map(|(i, _)| i).unwrap_or(file);
-        let (Some(key), Some(upload_id)) = (v["key"].as_str(), v["uploadId"].as_str()) else {
-            return Err(Error::Other(format!("upload marker {}: {v}", o.key)));
+        let (key, upload_id) = match (
+            v["key"].as_str(),
+            v["uploadId"].as_str(),
+            v["tempKey"].as_str(),
+        ) {
+            (Some(key), Some(id), _) => (key, Some(id.to_string())),
+            (_, _, Some(staging)) => (staging, None),
+            _ => return Err(Error::Other(format!("upload marker {}: {v}", o.key))),
         };
         out.push(UploadMarker {
             instance: instance.to_string(),
             key: format!("{base}/{key}"),
-            upload_id: upload_id.to_string(),
+            upload_id,
         });
     }
     Ok(out)

@@ -6,8 +6,12 @@
 //!   next to the final name, fsynced at a checkpoint with its length recorded.
 //! - **Pending**: closed ([`PartStream::close`]); everything is durable in the store (the tail
 //!   uploaded as the last part / the temporary file synced) and described by a [`Committable`].
-//! - **Finished**: [`commit`] completed the upload / renamed the file; visible under its final
-//!   name. Committing again is a no-op, checked by HEAD and size, never by error code.
+//!   A part file smaller than one part on a multipart store is instead written whole as a hidden
+//!   staging object ([`PartStream::close_staged`]) and committed by a server-side copy: a copy
+//!   that is cut off leaves its source intact, while MinIO deletes an upload's part records
+//!   before it moves them, so a CompleteMultipartUpload cut off by a crash can lose the file.
+//! - **Finished**: [`commit`] completed the upload / renamed or copied the file; visible under its
+//!   final name. Committing again is a no-op, checked by HEAD and size, never by error code.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -70,6 +74,9 @@ pub enum Committable {
         etags: Vec<String>,
         size: u64,
     },
+    /// Copy the whole file from a hidden staging object to the final key, then delete it.
+    #[serde(rename_all = "camelCase")]
+    Staged { staging_key: String, size: u64 },
 }
 
 impl Committable {
@@ -78,13 +85,16 @@ impl Committable {
         match self {
             Committable::Rename { temp_key, .. } => temp_key,
             Committable::Multipart { upload_id, .. } => upload_id,
+            Committable::Staged { staging_key, .. } => staging_key,
         }
     }
 
     /// Size of the finished file.
     pub fn size(&self) -> u64 {
         match self {
-            Committable::Rename { size, .. } | Committable::Multipart { size, .. } => *size,
+            Committable::Rename { size, .. }
+            | Committable::Multipart { size, .. }
+            | Committable::Staged { size, .. } => *size,
         }
     }
 }
@@ -263,6 +273,48 @@ impl PartStream {
         }
     }
 
+    /// Whether the part file, with `extra` more bytes, can be closed as one staging object
+    /// ([`PartStream::close_staged`]): a multipart stream that has not started its upload and
+    /// stays below one part.
+    pub fn fits_one_object(&self, extra: usize) -> bool {
+        match self {
+            PartStream::Multipart {
+                upload_id: None,
+                etags,
+                buf,
+                part_size,
+                ..
+            } => etags.is_empty() && buf.len() + extra < *part_size,
+            _ => false,
+        }
+    }
+
+    /// Closes a part that [`PartStream::fits_one_object`]: writes it whole to `staging_key`
+    /// (recorded by the caller first) and returns how to copy it to its final key.
+    pub async fn close_staged(self, store: &dyn Store, staging_key: &str) -> Result<Committable> {
+        match self {
+            PartStream::Multipart {
+                upload_id: None,
+                buf,
+                ..
+            } => {
+                let size = buf.len() as u64;
+                let data = Bytes::from(buf);
+                retry("put_staged", store.retry_policy(), || {
+                    store.put(staging_key, data.clone())
+                })
+                .await?;
+                Ok(Committable::Staged {
+                    staging_key: staging_key.to_string(),
+                    size,
+                })
+            }
+            other => Err(Error::State(format!(
+                "{staging_key}: only an unstarted multipart part can be staged, not {other:?}"
+            ))),
+        }
+    }
+
     /// Creates the multipart upload if there is none yet; returns the id when it was created.
     pub async fn ensure_upload(
         &mut self,
@@ -436,8 +488,8 @@ impl PartStream {
     }
 }
 
-/// Pending → finished. Idempotent: if the store says no (the rename source is gone, the upload
-/// is unknown — MinIO and AWS answer a second completion differently), the file counts as
+/// Pending → finished. Idempotent: if the store says no (the rename or copy source is gone, the
+/// upload is unknown — MinIO and AWS answer a second completion differently), the file counts as
 /// committed exactly when `final_key` exists with the expected size.
 pub async fn commit(store: &dyn Store, final_key: &str, c: &Committable) -> Result<()> {
     let size = c.size();
@@ -447,6 +499,7 @@ pub async fn commit(store: &dyn Store, final_key: &str, c: &Committable) -> Resu
             Committable::Multipart {
                 upload_id, etags, ..
             } => store.complete_multipart(final_key, upload_id, etags).await,
+            Committable::Staged { staging_key, .. } => store.copy(staging_key, final_key).await,
         };
         match attempt {
             Ok(()) => Ok(()),
@@ -458,17 +511,56 @@ pub async fn commit(store: &dyn Store, final_key: &str, c: &Committable) -> Resu
                 Some(s) if !e.is_transient() => Err(Error::DataLoss(format!(
                     "committing {final_key} failed ({e}) and it has {s} bytes instead of {size}"
                 ))),
+                None if lost_upload(c, &e) => Err(Error::DataLoss(format!(
+                    "committing {final_key} failed: the store no longer has the parts of upload \
+                     {} ({e}); its {size} bytes cannot be recovered from the store. MinIO loses \
+                     them when a CompleteMultipartUpload is cut off (a killed process); restore \
+                     the job from a savepoint taken before this file was written",
+                    c.id()
+                ))),
                 _ => Err(e),
             },
         }
     })
+    .await?;
+    if let Committable::Staged { staging_key, .. } = c {
+        // the copy is the commit; a staging object left here is removed by the orphan cleanup
+        if let Err(e) = store.delete(staging_key).await {
+            tracing::warn!(%staging_key, error = %e, "could not delete a committed staging object");
+        }
+    }
+    Ok(())
+}
+
+/// Whether a failed completion says the upload or its parts are gone (S3 `InvalidPart` /
+/// `NoSuchUpload`), as opposed to a refusal that a retry or another instance could change.
+fn lost_upload(c: &Committable, e: &Error) -> bool {
+    let text = format!("{e:?}");
+    matches!(c, Committable::Multipart { .. })
+        && (text.contains("InvalidPart") || text.contains("NoSuchUpload"))
+}
+
+/// Runs [`commit`] in its own task, so that a restart that drops the caller (a cancelled job
+/// attempt) does not cut a completion off halfway; the caller still waits for the outcome.
+pub async fn commit_detached(
+    store: std::sync::Arc<dyn Store>,
+    final_key: String,
+    c: Committable,
+) -> Result<()> {
+    let span = tracing::Span::current();
+    tokio::spawn(tracing::Instrument::instrument(
+        async move { commit(store.as_ref(), &final_key, &c).await },
+        span,
+    ))
     .await
+    .map_err(|e| Error::State(format!("commit task ended abnormally: {e}")))?
 }
 
 /// Drops a part that will never be committed (best effort; missing is fine).
 pub async fn discard(store: &dyn Store, final_key: &str, c: &Committable) -> Result<()> {
     match c {
         Committable::Rename { temp_key, .. } => store.delete(temp_key).await,
+        Committable::Staged { staging_key, .. } => store.delete(staging_key).await,
         Committable::Multipart { upload_id, .. } => {
             match store.abort_multipart(final_key, upload_id).await {
                 Ok(()) => Ok(()),

@@ -17,12 +17,13 @@ use tracing::Instrument;
 use crate::bucket::BucketAssigner;
 use crate::error::{Error, Result};
 use crate::format::{Encoder, FormatKind};
-use crate::part::{Committable, PartStream, Recoverable, commit, temp_key_for};
+use crate::part::{Committable, PartStream, Recoverable, commit_detached, temp_key_for};
 use crate::rolling::RollingPolicy;
 use crate::store::{MIN_PART_SIZE, Store};
 
-/// Version of [`SinkSubtaskState`]'s layout.
-pub const STATE_VERSION: u32 = 1;
+/// Version of [`SinkSubtaskState`]'s layout. 2: pending files may be staging objects
+/// ([`Committable::Staged`]), which a sink of version 1 cannot commit.
+pub const STATE_VERSION: u32 = 2;
 
 /// Name of the marker written into a closed bucket.
 pub const SUCCESS_MARKER: &str = "_SUCCESS";
@@ -448,7 +449,8 @@ impl FileSink {
                     )));
                 }
                 for p in &st.pending {
-                    commit(store.as_ref(), &p.final_key, &p.committable).await?;
+                    commit_detached(store.clone(), p.final_key.clone(), p.committable.clone())
+                        .await?;
                     self.metrics.files_committed += 1;
                     drop_markers(store.as_ref(), old_markers.remove(p.committable.id())).await?;
                 }
@@ -473,8 +475,9 @@ impl FileSink {
                         continue;
                     };
                     if self.parts.contains_key(&f.bucket) || self.format.is_bulk() {
-                        let c = stream.close(store.as_ref(), &f.final_key).await?;
-                        commit(store.as_ref(), &f.final_key, &c).await?;
+                        let c = self.close_stream(&f.final_key, stream, Vec::new()).await?;
+                        commit_detached(store.clone(), f.final_key.clone(), c.clone()).await?;
+                        self.forget_marker(c.id()).await;
                         self.metrics.files_committed += 1;
                         drop_markers(store.as_ref(), old_markers.remove(c.id())).await?;
                         continue;
@@ -699,23 +702,16 @@ impl FileSink {
         let Some(p) = self.parts.remove(bucket) else {
             return Ok(());
         };
-        let store = self.store.clone();
         let OpenPart {
             final_key,
-            mut stream,
+            stream,
             encoder,
             ..
         } = p;
-        if stream.needs_upload(0, true)
-            && let Some(id) = stream.ensure_upload(store.as_ref(), &final_key).await?
-        {
-            self.register_upload(&final_key, &id).await?;
-        }
         let mut out = Vec::new();
         encoder.finish(&mut out)?;
         self.metrics.bytes += out.len() as u64;
-        stream.write(store.as_ref(), &final_key, out).await?;
-        let committable = stream.close(store.as_ref(), &final_key).await?;
+        let committable = self.close_stream(&final_key, stream, out).await?;
         tracing::debug!(%final_key, size = committable.size(), "part rolled");
         self.metrics.files_rolled += 1;
         self.pending_current.push(PendingFile {
@@ -879,8 +875,13 @@ impl FileSink {
                 let files = self.pending.remove(&id).unwrap_or_default();
                 let mut iter = files.into_iter();
                 while let Some(f) = iter.next() {
-                    if let Err(e) = commit(self.store.as_ref(), &f.final_key, &f.committable).await
-                    {
+                    let done = commit_detached(
+                        self.store.clone(),
+                        f.final_key.clone(),
+                        f.committable.clone(),
+                    )
+                    .await;
+                    if let Err(e) = done {
                         self.metrics.commit_failures += 1;
                         let mut rest = vec![f];
                         rest.extend(iter);
@@ -941,8 +942,11 @@ impl FileSink {
         };
         let mut by_bucket: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (i, p) in self.pending_current.iter().enumerate() {
-            if matches!(p.committable, Committable::Rename { .. }) && p.committable.size() < target
-            {
+            let readable = matches!(
+                p.committable,
+                Committable::Rename { .. } | Committable::Staged { .. }
+            );
+            if readable && p.committable.size() < target {
                 by_bucket.entry(p.bucket.clone()).or_default().push(i);
             }
         }
@@ -954,9 +958,12 @@ impl FileSink {
             }
             let mut data = Vec::new();
             for i in &idx {
-                if let Committable::Rename { temp_key, .. } = &self.pending_current[*i].committable
-                {
-                    data.push(self.store.get(temp_key).await?);
+                match &self.pending_current[*i].committable {
+                    Committable::Rename { temp_key: key, .. }
+                    | Committable::Staged {
+                        staging_key: key, ..
+                    } => data.push(self.store.get(key).await?),
+                    Committable::Multipart { .. } => {}
                 }
             }
             let merged = self.format.merge(&self.schema, &data)?;
@@ -967,11 +974,8 @@ impl FileSink {
                 self.prefix, self.subtask_index, counter, self.suffix
             );
             let final_key = join_key(&bucket, &name);
-            let mut stream = self.open_stream(&final_key).await?;
-            stream
-                .write(self.store.as_ref(), &final_key, merged)
-                .await?;
-            let committable = stream.close(self.store.as_ref(), &final_key).await?;
+            let stream = self.open_stream(&final_key).await?;
+            let committable = self.close_stream(&final_key, stream, merged).await?;
             tracing::debug!(%final_key, merged = idx.len(), "compacted pending files");
             merged_files.push(PendingFile {
                 checkpoint_id: 0,
@@ -996,6 +1000,31 @@ impl FileSink {
         self.pending_current.extend(merged_files);
         self.metrics.files_compacted += drop_idx.len() as u64;
         Ok(())
+    }
+
+    /// In progress → pending: writes `tail` and closes the stream. A multipart part file that
+    /// stays below one part becomes a staging object committed by a copy (see [`crate::part`]);
+    /// whatever the store holds is recorded in a marker before it exists.
+    async fn close_stream(
+        &mut self,
+        final_key: &str,
+        mut stream: PartStream,
+        tail: Vec<u8>,
+    ) -> Result<Committable> {
+        let store = self.store.clone();
+        if stream.fits_one_object(tail.len()) {
+            let staging_key = temp_key_for(final_key);
+            self.register_temp(&staging_key).await?;
+            stream.write(store.as_ref(), final_key, tail).await?;
+            return stream.close_staged(store.as_ref(), &staging_key).await;
+        }
+        if stream.needs_upload(tail.len(), true)
+            && let Some(id) = stream.ensure_upload(store.as_ref(), final_key).await?
+        {
+            self.register_upload(final_key, &id).await?;
+        }
+        stream.write(store.as_ref(), final_key, tail).await?;
+        stream.close(store.as_ref(), final_key).await
     }
 
     async fn register_upload(&mut self, final_key: &str, upload_id: &str) -> Result<()> {

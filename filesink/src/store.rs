@@ -111,6 +111,16 @@ pub trait Store: Send + Sync + fmt::Debug {
         })
     }
 
+    /// Copies `from` to `to` inside the store (S3 CopyObject: the destination appears whole or
+    /// not at all, the source stays). Multipart stores only.
+    async fn copy(&self, from: &str, to: &str) -> Result<()> {
+        let _ = (from, to);
+        Err(Error::Unsupported {
+            store: self.describe(),
+            op: "copy",
+        })
+    }
+
     /// Starts a multipart upload, returns its id.
     async fn create_multipart(&self, key: &str) -> Result<String> {
         let _ = key;
@@ -606,6 +616,11 @@ impl Store for S3Store {
         }
     }
 
+    async fn copy(&self, from: &str, to: &str) -> Result<()> {
+        let (f, t) = (self.path(from), self.path(to));
+        self.inner.copy(&f, &t).await.map_err(Self::err("copy", &f))
+    }
+
     async fn create_multipart(&self, key: &str) -> Result<String> {
         let p = self.path(key);
         self.inner
@@ -823,6 +838,10 @@ impl Store for LimitedStore {
     async fn rename(&self, from: &str, to: &str) -> Result<()> {
         let _p = self.acquire(true).await?;
         self.inner.rename(from, to).await
+    }
+    async fn copy(&self, from: &str, to: &str) -> Result<()> {
+        let _p = self.acquire(true).await?;
+        self.inner.copy(from, to).await
     }
     async fn create_multipart(&self, key: &str) -> Result<String> {
         let _p = self.acquire(true).await?;

@@ -165,7 +165,7 @@ pub fn check_restore(
                     op.state.key_type.as_deref().unwrap_or("none")
                 ),
             )
-        } else if old.state.fields != op.state.fields {
+        } else if !fields_readable(&old.state, &op.state) {
             (
                 OperatorStatus::Incompatible,
                 format!(
@@ -241,6 +241,25 @@ pub fn check_restore(
         operators,
         reasons,
     }
+}
+
+/// Whether state written as `old` can be read by an operator declaring `new`: the same fields in
+/// the same order, each with the same type, or with a versioned type (`Name/vN`) whose reader is
+/// at the same or a newer version (a newer reader reads older layouts; never the reverse).
+fn fields_readable(old: &StateDescriptor, new: &StateDescriptor) -> bool {
+    fn versioned(t: &str) -> Option<(&str, u32)> {
+        let (name, v) = t.rsplit_once("/v")?;
+        Some((name, v.parse().ok()?))
+    }
+    old.fields.len() == new.fields.len()
+        && old.fields.iter().zip(&new.fields).all(|(o, n)| {
+            o.name == n.name
+                && (o.type_name == n.type_name
+                    || matches!(
+                        (versioned(&o.type_name), versioned(&n.type_name)),
+                        (Some((a, va)), Some((b, vb))) if a == b && vb >= va
+                    ))
+        })
 }
 
 fn describe(s: &StateDescriptor) -> String {
@@ -365,6 +384,31 @@ mod tests {
         let r = check_restore(&m, "p", &g, 128, true);
         assert!(r.compatible, "{}", r.to_text());
         assert_eq!(status(&r, "agg"), OperatorStatus::Dropped);
+    }
+
+    #[test]
+    fn a_newer_layout_reader_restores_older_state_but_not_the_reverse() {
+        let (mut m, mut g) = base();
+        let sink = |v: u32| {
+            StateDescriptor::stateless().field("sinkState", format!("SinkSubtaskState/v{v}"))
+        };
+        m.operators.push(old("sink", "fileSink", sink(1)));
+        g.push(new("sink", "fileSink", 2, sink(2)));
+        let r = check_restore(&m, "p", &g, 128, false);
+        assert!(r.compatible, "{}", r.to_text());
+        assert_eq!(status(&r, "sink"), OperatorStatus::Restored);
+        // downgrade: state written by v2 cannot be read by a v1 sink, refused before the restore
+        let last = m.operators.len() - 1;
+        m.operators[last].state = sink(2);
+        let last = g.len() - 1;
+        g[last].state = sink(1);
+        let r = check_restore(&m, "p", &g, 128, true);
+        assert!(!r.compatible);
+        assert!(
+            r.refusals()[0].contains("SinkSubtaskState/v2"),
+            "{:?}",
+            r.refusals()
+        );
     }
 
     #[test]
