@@ -9,6 +9,10 @@ pub const TERMINATION_MESSAGE_PATH_ENV: &str = "STREAMJOB_TERMINATION_MESSAGE_PA
 
 /// The coordinator's control API (HTTP + JSON).
 pub const CONTROL_PORT: u16 = 8081;
+/// The coordinator's Prometheus metrics (`GET /metrics`, no token: the numbers are not secret,
+/// and Prometheus must scrape them without the job's control token). Flink's Prometheus reporter
+/// port.
+pub const METRICS_PORT: u16 = 9249;
 /// The coordinator's worker registry.
 pub const CLUSTER_PORT: u16 = 6123;
 /// A worker's data port (channels between subtasks on different workers).

@@ -26,6 +26,12 @@ pub const KIND: &str = "StreamJob";
     namespaced,
     status = "StreamJobStatus",
     doc = "A long-running streaming job kept alive through every change: the operator checkpoints it, and when the spec changes (image, pipeline, parallelism) it takes a savepoint, checks that the new version can restore it before touching the running job, and moves the job over in place or through a warm shadow copy, rolling back if the new version fails. kubectl get sj shows the phase; kubectl describe sj shows conditions and events. Docs: https://github.com/streamjob/streamjob/tree/main/docs",
+    scale(
+        spec_replicas_path = ".spec.parallelism",
+        status_replicas_path = ".status.deployment.parallelism",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"Whether the job runs and completes checkpoints"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","description":"Lifecycle phase of the job"}"#,
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image","description":"Runtime image of the job"}"#,
     printcolumn = r#"{"name":"Parallelism","type":"integer","jsonPath":".spec.parallelism","description":"Subtasks per operator"}"#,
@@ -1431,6 +1437,11 @@ pub struct StreamJobStatus {
     /// Human-readable summary of the latest problem, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+
+    /// Label selector of the job's runtime and worker pods (the scale subresource's, for
+    /// `kubectl scale sj` and autoscalers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
 }
 
 /// Throughput of the running version, as its runtime reports it.

@@ -167,6 +167,20 @@ fn generated_crd_carries_the_rules_and_columns() {
     let version = &crd.spec.versions[0];
     assert_eq!(version.name, "v1alpha1");
     assert!(version.subresources.as_ref().unwrap().status.is_some());
+    // `kubectl scale sj` (and autoscalers) rescale through spec.parallelism
+    let scale = version
+        .subresources
+        .as_ref()
+        .unwrap()
+        .scale
+        .as_ref()
+        .unwrap();
+    assert_eq!(scale.spec_replicas_path, ".spec.parallelism");
+    assert_eq!(scale.status_replicas_path, ".status.deployment.parallelism");
+    assert_eq!(
+        scale.label_selector_path.as_deref(),
+        Some(".status.selector")
+    );
     let columns: Vec<&str> = version
         .additional_printer_columns
         .as_ref()
@@ -177,6 +191,7 @@ fn generated_crd_carries_the_rules_and_columns() {
     assert_eq!(
         columns,
         [
+            "Ready",
             "Phase",
             "Image",
             "Parallelism",

@@ -150,13 +150,15 @@ impl Ctx {
             tokio::spawn(async move {
                 loop {
                     if let Ok(Some(o)) = api.get_opt(&name).await {
+                        // phase, upgrade step and what Argo CD would show for this very status
                         let s = format!(
-                            "{}{}",
+                            "{}{} [{}]",
                             phase(&o),
                             status(&o)["upgrade"]["step"]
                                 .as_str()
                                 .map(|s| format!(" {s}"))
-                                .unwrap_or_default()
+                                .unwrap_or_default(),
+                            argocd_health(&o).0
                         );
                         let mut v = seen.lock().unwrap();
                         if v.last() != Some(&s) {
@@ -279,6 +281,39 @@ impl Ctx {
     }
 }
 
+/// The chart's Argo CD health check (`resource.customizations.health`).
+const ARGOCD_HEALTH: &str = include_str!("../../charts/streamjob-operator/argocd/health.lua");
+
+/// (health status, message) Argo CD derives from the StreamJob `o` as the API server holds it,
+/// computed by a Lua 5.4 interpreter as Argo CD does.
+fn argocd_health(o: &DynamicObject) -> (String, String) {
+    use mlua::LuaSerdeExt;
+    let lua = mlua::Lua::new();
+    let obj = serde_json::json!({
+        "metadata": {"generation": o.metadata.generation},
+        "status": o.data.get("status"),
+    });
+    let options = mlua::SerializeOptions::new()
+        .serialize_none_to_null(false)
+        .serialize_unit_to_null(false);
+    lua.globals()
+        .set("obj", lua.to_value_with(&obj, options).unwrap())
+        .unwrap();
+    let hs: mlua::Table = lua.load(ARGOCD_HEALTH).eval().unwrap();
+    (hs.get("status").unwrap(), hs.get("message").unwrap())
+}
+
+/// Asserts the poller saw a status whose phase/step starts with `state` and that Argo CD calls
+/// `health`.
+fn assert_health_seen(ctx: &Ctx, state: &str, health: &str) {
+    let seen = ctx.seen();
+    assert!(
+        seen.iter()
+            .any(|s| s.starts_with(state) && s.ends_with(&format!("[{health}]"))),
+        "no {state:?} status that Argo CD calls {health}: {seen:?}"
+    );
+}
+
 /// The process kubelet's folder of `pod` (logs, exit codes).
 fn pod_dir(env: &TestEnv, pod: &Pod) -> std::path::PathBuf {
     env.kubelet_config.run_dir.join(format!(
@@ -373,19 +408,147 @@ async fn a_image_bump_in_place() {
     assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v2");
     let o = ctx.finished().await;
     assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v2");
+    // Argo CD on the real statuses: healthy running, progressing while upgrading, healthy done
+    assert_health_seen(&ctx, "Running", "Healthy");
+    assert_health_seen(&ctx, "Upgrading", "Progressing");
+    assert_eq!(argocd_health(&o).0, "Healthy", "Argo CD on a finished job");
     ctx.assert_exactly_once().await;
     ctx.log(&format!("phases: {:?}", ctx.seen()));
 }
 
-/// b. parallelism 1 → 2: a rescale through a savepoint.
+/// b. parallelism 1 → 2 by `kubectl scale sj/<name> --replicas=2` (the scale subresource on
+/// spec.parallelism): a rescale through a savepoint; the scale subresource reports the deployed
+/// parallelism and the pods' selector; the runtime's metrics answer a plain GET without the token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b_parallelism_change_rescales() {
+async fn b_kubectl_scale_rescales() {
     let env = env().await;
     let mut ctx = Ctx::new(env, new_job(env, "rescale").await).await;
     ctx.apply();
-    ctx.job.parallelism = 2;
-    let o = upgrade(&ctx).await;
+    let before = ctx.running_with_checkpoint().await;
+    let old = deployed_hash(&before);
+
+    // metrics on the runtime pod's metrics port, no token (what a PodMonitor scrapes)
+    let pod = ctx.coordinator(&before).await;
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("pod IP");
+    let metrics = reqwest::get(format!("http://{ip}:9249/metrics"))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .unwrap();
+    let series = format!(
+        "streamjob_checkpoints_completed_total{{streamjob=\"{}\"}} ",
+        ctx.job.name
+    );
+    let completed: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .unwrap_or_else(|| panic!("no {series} in:\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert!(
+        completed >= 1,
+        "the status saw a checkpoint, the metrics {completed}"
+    );
+
+    // the job's NetworkPolicy (chart default): its pods, ingress only on the job's ports
+    let policy: serde_json::Value = serde_json::from_str(
+        &env.kubectl_ok(
+            &[
+                "get",
+                "networkpolicy",
+                &format!("{}-streamjob", ctx.job.name),
+                "-n",
+                &ctx.job.ns,
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .expect("the job's NetworkPolicy"),
+    )
+    .unwrap();
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"]["streamjob.io/job"],
+        ctx.job.name.as_str(),
+        "{policy}"
+    );
+    let ports: Vec<u64> = policy["spec"]["ingress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["port"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(ports, [8081, 6123, 6121, 9249], "{policy}");
+
+    let target = format!("sj/{}", ctx.job.name);
+    env.kubectl_ok(&["scale", &target, "-n", &ctx.job.ns, "--replicas=2"], None)
+        .expect("kubectl scale");
+    ctx.job.parallelism = 2; // what the cluster now holds
+    let o = ctx
+        .wait("promoted on parallelism 2", Duration::from_secs(120), |o| {
+            promoted(o, &old)
+        })
+        .await;
+    assert_started_from_recorded_savepoint(&o);
+    assert_newer_epoch(&before, &o);
     assert_eq!(status(&o)["deployment"]["parallelism"], 2);
+    let scale: serde_json::Value = serde_json::from_str(
+        &env.kubectl_ok(
+            &[
+                "get",
+                &target,
+                "-n",
+                &ctx.job.ns,
+                "--subresource=scale",
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .expect("get scale"),
+    )
+    .unwrap();
+    assert_eq!(scale["spec"]["replicas"], 2, "{scale}");
+    assert_eq!(scale["status"]["replicas"], 2, "{scale}");
+    let selector = scale["status"]["selector"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let pods = env
+        .kubectl_ok(
+            &[
+                "get",
+                "pods",
+                "-n",
+                &ctx.job.ns,
+                "-l",
+                &selector,
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .expect("pods by the scale selector");
+    assert!(
+        pods.lines().any(|l| l.ends_with(
+            &status(&o)["deployment"]["workload"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        )),
+        "the scale selector {selector:?} does not select the runtime pod: {pods}"
+    );
     ctx.finished().await;
     ctx.assert_exactly_once().await;
     ctx.log(&format!("phases: {:?}", ctx.seen()));
@@ -428,6 +591,11 @@ async fn d_incompatible_change_is_blocked() {
         .unwrap_or_default()
         .to_string();
     assert!(msg.contains("per-key"), "message names the uid: {msg:?}");
+    assert_eq!(
+        argocd_health(&o).0,
+        "Degraded",
+        "Argo CD on a blocked upgrade"
+    );
     assert_eq!(
         deployed_hash(&o),
         deployed_hash(&before),
@@ -497,6 +665,9 @@ async fn e_crashing_version_is_rolled_back() {
         seen.iter().any(|s| s.contains("Rollback/")),
         "no Rollback step seen: {seen:?}"
     );
+    // Argo CD: progressing while it upgrades and rolls back, degraded once rolled back
+    assert_health_seen(&ctx, "Upgrading", "Progressing");
+    assert_eq!(argocd_health(&o).0, "Degraded", "Argo CD once rolled back");
     ctx.finished().await;
     ctx.assert_exactly_once().await;
     ctx.log(&format!("phases: {:?}", ctx.seen()));
@@ -654,16 +825,17 @@ async fn rolled_back_after_output(mut ctx: Ctx, failure: LateFailure) {
     );
     ctx.finished().await;
     ctx.assert_exactly_once().await;
-    // its uploads were aborted (never completed: exactly-once above) and their markers dropped
+    // its uploads were aborted and its staging objects deleted (never committed: exactly-once
+    // above), and their markers dropped
     for m in &new_version {
+        let left = match &m.upload_id {
+            Some(id) => env.s3().upload_open(&bucket, &m.key, id).await.unwrap(),
+            None => env.s3().read(&bucket, &m.key).await.is_ok(),
+        };
         assert!(
-            !env.s3()
-                .upload_open(&bucket, &m.key, &m.upload_id)
-                .await
-                .unwrap(),
-            "upload {} of {} by the failed version is still open",
-            m.upload_id,
-            m.key
+            !left,
+            "{} by the failed version ({:?}) is still there",
+            m.key, m.upload_id
         );
     }
     let left = upload_markers(env, &bucket, &name).await.unwrap();

@@ -811,6 +811,11 @@ async fn operator_rbac_grants_only_what_the_code_calls() {
         ["create", "get"],
         "secrets: only the token's needs"
     );
+    assert_eq!(
+        verbs("networkpolicies.networking.k8s.io"),
+        ["create", "get"],
+        "one NetworkPolicy per StreamJob, created once"
+    );
     for none in [
         "deployments.apps",
         "statefulsets.apps",
@@ -823,4 +828,210 @@ async fn operator_rbac_grants_only_what_the_code_calls() {
             "{none} is granted in other namespaces: {out}"
         );
     }
+}
+
+/// While alive, every other streamjob-operator Deployment is scaled to 0 (the cluster-mode one
+/// of the other tests would reconcile the namespaced test's jobs too); dropped, they come back.
+struct OtherOperatorsPaused {
+    env: &'static TestEnv,
+    paused: Vec<(String, String)>,
+}
+
+impl OtherOperatorsPaused {
+    fn new(env: &'static TestEnv) -> Self {
+        let out = env
+            .kubectl_ok(
+                &[
+                    "get",
+                    "deployments",
+                    "-A",
+                    "-l",
+                    "app.kubernetes.io/name=streamjob-operator",
+                    "-o",
+                    "jsonpath={range .items[*]}{.metadata.namespace} {.metadata.name}{\"\\n\"}{end}",
+                ],
+                None,
+            )
+            .expect("list operator Deployments");
+        let paused: Vec<(String, String)> = out
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(ns, name)| (ns.to_string(), name.to_string()))
+            .collect();
+        for (ns, name) in &paused {
+            env.kubectl_ok(
+                &["scale", "deployment", name, "-n", ns, "--replicas=0"],
+                None,
+            )
+            .expect("pause the other operator");
+        }
+        Self { env, paused }
+    }
+}
+
+impl Drop for OtherOperatorsPaused {
+    fn drop(&mut self) {
+        for (ns, name) in &self.paused {
+            let _ = self.env.kubectl(
+                &["scale", "deployment", name, "-n", ns, "--replicas=1"],
+                None,
+            );
+            // the tests after this one expect it running and ready again
+            let _ = self.env.kubectl(
+                &[
+                    "rollout",
+                    "status",
+                    "deployment",
+                    name,
+                    "-n",
+                    ns,
+                    "--timeout=120s",
+                ],
+                None,
+            );
+        }
+    }
+}
+
+/// Issue #15: the chart in namespaced mode watching two namespaces: a Role per watched namespace
+/// and nothing cluster-wide on StreamJobs; a job in a watched namespace runs, a job in another
+/// namespace is left alone (no status, no pods); the chart uninstalls cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaced_mode_watches_only_its_namespaces() {
+    let env = env().await;
+    env.workspace_binary("streamjob-operator")
+        .unwrap_or_else(|e| panic!("{e}"));
+    env.workspace_binary("streamjob-runtime")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _paused = OtherOperatorsPaused::new(env);
+    let op_ns = env.restricted_namespace("nsop").await.expect("namespace");
+    let watched_a = env.restricted_namespace("nsa").await.expect("namespace");
+    let watched_b = env.restricted_namespace("nsb").await.expect("namespace");
+    let unwatched = env.restricted_namespace("nsc").await.expect("namespace");
+    let watch = format!("watchNamespaces={{{watched_a},{watched_b}}}");
+    env.install_operator_chart("nsmode", &op_ns, &["logFormat=text", &watch])
+        .expect("helm install in namespaced mode");
+
+    // RBAC: StreamJobs in the watched namespaces only
+    let sa = format!("system:serviceaccount:{op_ns}:nsmode-streamjob-operator");
+    let can = |ns: &str| {
+        env.kubectl(
+            &[
+                "auth",
+                "can-i",
+                "watch",
+                "streamjobs.streamjob.io",
+                "--as",
+                &sa,
+                "-n",
+                ns,
+            ],
+            None,
+        )
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .expect("kubectl auth can-i")
+    };
+    assert_eq!(can(&watched_a), "yes");
+    assert_eq!(can(&watched_b), "yes");
+    assert_eq!(
+        can(&unwatched),
+        "no",
+        "no StreamJob rights outside watchNamespaces"
+    );
+    let cluster_wide = env
+        .kubectl(
+            &[
+                "auth",
+                "can-i",
+                "watch",
+                "streamjobs.streamjob.io",
+                "--as",
+                &sa,
+                "-A",
+            ],
+            None,
+        )
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .expect("kubectl auth can-i -A");
+    assert_eq!(
+        cluster_wide, "no",
+        "nothing cluster-wide in namespaced mode"
+    );
+
+    let mut buckets = Vec::new();
+    for ns in [&watched_a, &unwatched] {
+        let bucket = format!("nsm-{}", &ns[ns.len() - 8..]);
+        env.bucket_with_secret(ns, &bucket, "s3-credentials")
+            .await
+            .expect("bucket + secret");
+        let manifest =
+            streamjob_manifest("nsmode", &bucket, &env.s3().url, "s3-credentials", "print");
+        env.kubectl_ok(&["apply", "-n", ns, "-f", "-"], Some(&manifest))
+            .expect("kubectl apply StreamJob");
+        buckets.push(bucket);
+    }
+    let get = |ns: &str, path: &str| {
+        env.kubectl_ok(
+            &[
+                "get",
+                "sj",
+                "nsmode",
+                "-n",
+                ns,
+                "-o",
+                &format!("jsonpath={path}"),
+            ],
+            None,
+        )
+    };
+    poll_until(
+        "the job in a watched namespace Running with a checkpoint",
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        || async {
+            let phase = get(&watched_a, "{.status.phase}")?;
+            let ck = get(&watched_a, "{.status.lastCheckpoint.id}")?;
+            Ok((phase == "Running" && !ck.is_empty()).then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| {
+        let dump = env
+            .kubectl(&["get", "sj,pods", "-n", &watched_a, "-o", "yaml"], None)
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        panic!("{e}\n{dump}")
+    });
+    // by now the operator has listed and reconciled everything it watches: the other job was
+    // never touched
+    assert_eq!(
+        get(&unwatched, "{.status}").unwrap(),
+        "",
+        "unwatched job got a status"
+    );
+    let pods = env
+        .kubectl_ok(&["get", "pods", "-n", &unwatched, "-o", "name"], None)
+        .unwrap();
+    assert!(
+        pods.trim().is_empty(),
+        "pods in the unwatched namespace: {pods}"
+    );
+
+    for ns in [&watched_a, &unwatched] {
+        env.kubectl_ok(&["delete", "sj", "nsmode", "-n", ns, "--wait=false"], None)
+            .expect("delete StreamJob");
+    }
+    poll_until(
+        "the watched job deleted",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            let out = env.kubectl(&["get", "sj", "nsmode", "-n", &watched_a], None)?;
+            Ok((!out.status.success()).then_some(()))
+        },
+    )
+    .await
+    .expect("deletion");
+    env.helm_ok(&["uninstall", "nsmode", "-n", &op_ns, "--wait"])
+        .expect("helm uninstall");
 }

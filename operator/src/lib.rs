@@ -14,6 +14,7 @@ mod fuzz;
 mod fuzz_loop;
 pub mod leader;
 pub mod metrics;
+pub mod network_policy;
 pub mod pod_security;
 pub mod resources;
 pub mod workers;

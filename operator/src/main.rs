@@ -66,6 +66,14 @@ struct RunArgs {
     /// `{"requests":{"cpu":"250m","memory":"512Mi"},"limits":{"memory":"2Gi"}}`.
     #[arg(long, default_value = "")]
     runtime_resources: String,
+    /// Give every StreamJob a NetworkPolicy admitting only the operator to the control port, the
+    /// job's own pods to each other and anyone to the metrics port.
+    #[arg(long)]
+    network_policies: bool,
+    /// Labels of the operator's pods (`k=v,k=v`), the peer the NetworkPolicies admit to the
+    /// control port (with POD_NAMESPACE); empty: any pod in that namespace.
+    #[arg(long, default_value = "")]
+    operator_pod_labels: String,
 }
 
 /// `IP:PORT`, also `fd00::1:9090` as `$(POD_IP):9090` expands to on IPv6 clusters.
@@ -187,6 +195,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         home_namespace: std::env::var("POD_NAMESPACE").ok(),
         control_timeout,
         runtime_resources,
+        network_policy: args
+            .network_policies
+            .then(|| -> anyhow::Result<_> {
+                Ok(streamjob_operator::network_policy::OperatorPeer {
+                    namespace: std::env::var("POD_NAMESPACE").ok(),
+                    labels: streamjob_operator::network_policy::parse_labels(
+                        &args.operator_pod_labels,
+                    )
+                    .map_err(|e| anyhow::anyhow!("--operator-pod-labels: {e}"))?,
+                })
+            })
+            .transpose()?,
     };
     let control = HttpControl::new(control_timeout)?;
     let ctx = Arc::new(Context::new(client, control, metrics.clone(), settings));

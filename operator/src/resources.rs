@@ -47,7 +47,7 @@ impl Owner {
         }
     }
 
-    fn meta(&self, name: &str, role: Option<PodRole>, hash: Option<&str>) -> ObjectMeta {
+    pub(crate) fn meta(&self, name: &str, role: Option<PodRole>, hash: Option<&str>) -> ObjectMeta {
         ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(self.namespace.clone()),
@@ -307,12 +307,21 @@ pub fn runtime_pod(owner: &Owner, plan: &PodPlan, control_port: u16) -> Pod {
     if plan.standby {
         args.push("--standby".into());
     }
-    let mut ports = vec![ContainerPort {
-        name: Some("control".into()),
-        container_port: i32::from(control_port),
-        protocol: Some("TCP".into()),
-        ..Default::default()
-    }];
+    let mut ports = vec![
+        ContainerPort {
+            name: Some("control".into()),
+            container_port: i32::from(control_port),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        },
+        // served without the token, for Prometheus (the chart's PodMonitor selects it by name)
+        ContainerPort {
+            name: Some("metrics".into()),
+            container_port: i32::from(streamjob_contract::process::METRICS_PORT),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        },
+    ];
     if plan.spec.workers > 0 {
         // the subtasks run on worker pods (crate::workers), which register here
         args.extend([
@@ -701,7 +710,7 @@ spec:
             .iter()
             .map(|p| p.container_port)
             .collect();
-        assert_eq!(ports, [8081, 6123]);
+        assert_eq!(ports, [8081, 9249, 6123]);
     }
 
     #[test]

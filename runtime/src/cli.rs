@@ -88,6 +88,10 @@ struct RunArgs {
     /// File holding the control API bearer token (else env STREAMJOB_CONTROL_TOKEN).
     #[arg(long)]
     token_file: Option<String>,
+    /// Address of the Prometheus `/metrics` endpoint, served without a token (run: off unless
+    /// set; coordinator in a pod, where POD_IP is set: ${POD_IP}:9249).
+    #[arg(long)]
+    metrics_addr: Option<String>,
     /// Restarts after failures before the job fails for good.
     #[arg(long, default_value_t = 10)]
     max_restarts: u32,
@@ -407,13 +411,27 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
     let token = read_token(args.token_file.as_deref())?;
     let addr = match (&args.control_addr, coordinator) {
         (Some(a), _) => Some(a.clone()),
-        (None, true) => Some(pod_addr(8081)),
+        (None, true) => Some(pod_addr(streamjob_contract::process::CONTROL_PORT)),
         (None, false) => None,
     };
     if args.standby && (args.from_savepoint.is_some() || args.resume) {
         tracing::info!(
             "--standby: --from-savepoint/--resume are ignored, POST /v1/start decides the restore"
         );
+    }
+    let metrics_addr = match (&args.metrics_addr, coordinator) {
+        (Some(a), _) => Some(a.clone()),
+        (None, true) if std::env::var_os("POD_IP").is_some() => {
+            Some(pod_addr(streamjob_contract::process::METRICS_PORT))
+        }
+        _ => None,
+    };
+    if let Some(addr) = metrics_addr {
+        let parsed: SocketAddr = addr
+            .parse()
+            .map_err(|e| Error::Other(format!("--metrics-addr {addr}: {e}")))?;
+        let bound = crate::control::serve_metrics(shared.clone(), parsed).await?;
+        eprintln!("metrics: http://{bound}/metrics");
     }
     let serving = addr.is_some();
     if let Some(addr) = addr {

@@ -8,7 +8,9 @@
 //! | GET    | `/v1/savepoints/{id}`  | `{"state": "pending"\|"completed"\|"failed", "path"?, "error"?}` |
 //! | POST   | `/v1/start`            | `{"fromSavepoint"?: string\|null, "epoch"?: int}` → 202 `{"state": "restoring"}` (409 unless in standby) |
 //! | POST   | `/v1/cancel`           | → 202 `{"state": "cancelled"}`: stop now, no checkpoint, no commit |
-//! | GET    | `/metrics`             | Prometheus text |
+//!
+//! Prometheus metrics are served apart, without the token: [`serve_metrics`] (`GET /metrics` on
+//! [`streamjob_contract::process::METRICS_PORT`] in pods).
 //!
 //! `stop` with `standby`: after the savepoint the process stays up in state `standby` and a later
 //! `POST /v1/start {"fromSavepoint": P}` runs the job again from P in the same process.
@@ -255,7 +257,6 @@ pub fn router(shared: Arc<Shared>, token: Option<String>, stores: JobStores) -> 
         .route("/v1/savepoints/{id}", get(savepoint))
         .route("/v1/start", post(start))
         .route("/v1/cancel", post(cancel))
-        .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(st.clone(), auth))
         .layer(middleware::from_fn_with_state(
             Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
@@ -265,6 +266,32 @@ pub fn router(shared: Arc<Shared>, token: Option<String>, stores: JobStores) -> 
         .route("/healthz", get(healthz))
         .merge(api)
         .with_state(st)
+}
+
+/// Binds `GET /metrics` (Prometheus text, no token) on `addr` and serves it in the background,
+/// apart from the authenticated control API; returns the bound address.
+pub async fn serve_metrics(shared: Arc<Shared>, addr: SocketAddr) -> Result<SocketAddr> {
+    let st = AppState {
+        shared,
+        token: None,
+        stores: Arc::new(JobStores::default()),
+    };
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            in_flight,
+        ))
+        .with_state(st);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "metrics endpoint stopped");
+        }
+    });
+    tracing::info!(%bound, "metrics listening");
+    Ok(bound)
 }
 
 /// Binds the API on `addr` and serves it in the background; returns the bound address.

@@ -1395,6 +1395,12 @@ async fn complete(
                 .metrics
                 .last_checkpoint_id
                 .store(p.barrier.id, Ordering::Relaxed);
+            shared.metrics.last_checkpoint_unix_seconds.store(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                Ordering::Relaxed,
+            );
             shared
                 .metrics
                 .checkpoints_completed

@@ -14,6 +14,8 @@ pub struct OperatorMetrics {
     pub bad_records_dead_letter: AtomicU64,
     pub bad_records_failed: AtomicU64,
     pub late_records_dropped: AtomicU64,
+    /// File sinks: commits (of a checkpoint's files) that failed.
+    pub commit_failures: AtomicU64,
     /// Sources: why the source cannot make progress right now (brokers unreachable, topic
     /// missing), shown in status and metrics; `None` when it reads normally.
     pub problem: Mutex<Option<String>>,
@@ -40,6 +42,8 @@ pub struct JobMetrics {
     pub operators: Mutex<Vec<std::sync::Arc<OperatorMetrics>>>,
     pub restarts: AtomicU64,
     pub last_checkpoint_id: AtomicU64,
+    /// Unix time (seconds) the latest checkpoint completed; 0 before the first.
+    pub last_checkpoint_unix_seconds: AtomicU64,
     pub checkpoints_completed: AtomicU64,
     pub checkpoints_failed: AtomicU64,
     histogram: Mutex<Histogram>,
@@ -80,7 +84,8 @@ impl JobMetrics {
         (first, last)
     }
 
-    /// Prometheus text exposition.
+    /// Prometheus text exposition. Every series carries the StreamJob's name as `streamjob`
+    /// (`job` is Prometheus' own target label).
     pub fn render(&self, job: &str) -> String {
         let mut s = String::new();
         let ops = self.operators.lock().map(|o| o.clone()).unwrap_or_default();
@@ -95,7 +100,7 @@ impl JobMetrics {
         for o in &ops {
             let _ = writeln!(
                 s,
-                "streamjob_records_in_total{{job=\"{job}\",uid=\"{}\"}} {}",
+                "streamjob_records_in_total{{streamjob=\"{job}\",uid=\"{}\"}} {}",
                 o.uid,
                 o.records_in.load(Ordering::Relaxed)
             );
@@ -108,7 +113,7 @@ impl JobMetrics {
         for o in &ops {
             let _ = writeln!(
                 s,
-                "streamjob_records_out_total{{job=\"{job}\",uid=\"{}\"}} {}",
+                "streamjob_records_out_total{{streamjob=\"{job}\",uid=\"{}\"}} {}",
                 o.uid,
                 o.records_out.load(Ordering::Relaxed)
             );
@@ -126,7 +131,7 @@ impl JobMetrics {
             ] {
                 let _ = writeln!(
                     s,
-                    "streamjob_bad_records_total{{job=\"{job}\",uid=\"{}\",policy=\"{policy}\"}} {}",
+                    "streamjob_bad_records_total{{streamjob=\"{job}\",uid=\"{}\",policy=\"{policy}\"}} {}",
                     o.uid,
                     v.load(Ordering::Relaxed)
                 );
@@ -140,9 +145,22 @@ impl JobMetrics {
         for o in &ops {
             let _ = writeln!(
                 s,
-                "streamjob_late_records_dropped_total{{job=\"{job}\",uid=\"{}\"}} {}",
+                "streamjob_late_records_dropped_total{{streamjob=\"{job}\",uid=\"{}\"}} {}",
                 o.uid,
                 o.late_records_dropped.load(Ordering::Relaxed)
+            );
+        }
+        counter(
+            &mut s,
+            "streamjob_sink_commit_failures_total",
+            "File sink commits of a completed checkpoint's files that failed (retried; see the job's log).",
+        );
+        for o in &ops {
+            let _ = writeln!(
+                s,
+                "streamjob_sink_commit_failures_total{{streamjob=\"{job}\",uid=\"{}\"}} {}",
+                o.uid,
+                o.commit_failures.load(Ordering::Relaxed)
             );
         }
         let _ = writeln!(
@@ -155,7 +173,7 @@ impl JobMetrics {
                 let (topic, partition) = tp.rsplit_once('/').unwrap_or((tp.as_str(), ""));
                 let _ = writeln!(
                     s,
-                    "streamjob_kafka_consumer_lag{{job=\"{job}\",uid=\"{}\",topic=\"{topic}\",partition=\"{partition}\"}} {v}",
+                    "streamjob_kafka_consumer_lag{{streamjob=\"{job}\",uid=\"{}\",topic=\"{topic}\",partition=\"{partition}\"}} {v}",
                     o.uid
                 );
             }
@@ -169,7 +187,7 @@ impl JobMetrics {
             if problem || o.lag.lock().map(|l| !l.is_empty()).unwrap_or(false) {
                 let _ = writeln!(
                     s,
-                    "streamjob_source_problem{{job=\"{job}\",uid=\"{}\"}} {}",
+                    "streamjob_source_problem{{streamjob=\"{job}\",uid=\"{}\"}} {}",
                     o.uid,
                     u8::from(problem)
                 );
@@ -182,7 +200,7 @@ impl JobMetrics {
         );
         let _ = writeln!(
             s,
-            "streamjob_restarts_total{{job=\"{job}\"}} {}",
+            "streamjob_restarts_total{{streamjob=\"{job}\"}} {}",
             self.restarts.load(Ordering::Relaxed)
         );
         counter(
@@ -192,7 +210,7 @@ impl JobMetrics {
         );
         let _ = writeln!(
             s,
-            "streamjob_checkpoints_completed_total{{job=\"{job}\"}} {}",
+            "streamjob_checkpoints_completed_total{{streamjob=\"{job}\"}} {}",
             self.checkpoints_completed.load(Ordering::Relaxed)
         );
         counter(
@@ -202,13 +220,18 @@ impl JobMetrics {
         );
         let _ = writeln!(
             s,
-            "streamjob_checkpoints_failed_total{{job=\"{job}\"}} {}",
+            "streamjob_checkpoints_failed_total{{streamjob=\"{job}\"}} {}",
             self.checkpoints_failed.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             s,
-            "# HELP streamjob_last_checkpoint_id Id of the latest completed checkpoint.\n# TYPE streamjob_last_checkpoint_id gauge\nstreamjob_last_checkpoint_id{{job=\"{job}\"}} {}",
+            "# HELP streamjob_last_checkpoint_id Id of the latest completed checkpoint.\n# TYPE streamjob_last_checkpoint_id gauge\nstreamjob_last_checkpoint_id{{streamjob=\"{job}\"}} {}",
             self.last_checkpoint_id.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "# HELP streamjob_last_checkpoint_timestamp_seconds Unix time the latest checkpoint completed (0: none yet).\n# TYPE streamjob_last_checkpoint_timestamp_seconds gauge\nstreamjob_last_checkpoint_timestamp_seconds{{streamjob=\"{job}\"}} {}",
+            self.last_checkpoint_unix_seconds.load(Ordering::Relaxed)
         );
         if let Ok(h) = self.histogram.lock() {
             let name = "streamjob_checkpoint_duration_seconds";
@@ -219,13 +242,17 @@ impl JobMetrics {
             for (i, bound) in DURATION_BUCKETS.iter().enumerate() {
                 let _ = writeln!(
                     s,
-                    "{name}_bucket{{job=\"{job}\",le=\"{bound}\"}} {}",
+                    "{name}_bucket{{streamjob=\"{job}\",le=\"{bound}\"}} {}",
                     h.counts[i]
                 );
             }
-            let _ = writeln!(s, "{name}_bucket{{job=\"{job}\",le=\"+Inf\"}} {}", h.count);
-            let _ = writeln!(s, "{name}_sum{{job=\"{job}\"}} {}", h.sum);
-            let _ = writeln!(s, "{name}_count{{job=\"{job}\"}} {}", h.count);
+            let _ = writeln!(
+                s,
+                "{name}_bucket{{streamjob=\"{job}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(s, "{name}_sum{{streamjob=\"{job}\"}} {}", h.sum);
+            let _ = writeln!(s, "{name}_count{{streamjob=\"{job}\"}} {}", h.count);
         }
         s
     }

@@ -407,9 +407,20 @@ fn control_api_status_savepoint_and_metrics() {
             "127.0.0.1:0",
             "--token-file",
             token_file.to_str().unwrap(),
+            "--metrics-addr",
+            "127.0.0.1:0",
         ],
         &[(TERMINATION_ENV, &message)],
     );
+    let line = run.wait_line("metrics listening").unwrap();
+    let metrics_addr = line
+        .split("bound=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
     let line = run.wait_line("control API listening").unwrap();
     let addr = line
         .split("bound=")
@@ -452,17 +463,41 @@ fn control_api_status_savepoint_and_metrics() {
         assert_eq!(s["state"], "running");
         assert_eq!(s["restoredFrom"]["kind"], "empty");
         assert!(s["latestCheckpoint"]["id"].as_u64().unwrap() >= 1);
+        // metrics: on their own port, without the token; the control API no longer serves them
         let metrics = c
-            .get(format!("{base}/metrics"))
-            .bearer_auth("s3cret")
+            .get(format!("http://{metrics_addr}/metrics"))
             .send()
             .await
             .unwrap()
             .text()
             .await
             .unwrap();
-        assert!(metrics.contains("streamjob_records_in_total{job=\"api\",uid=\"per-key\"}"));
+        assert!(
+            metrics.contains("streamjob_records_in_total{streamjob=\"api\",uid=\"per-key\"}"),
+            "{metrics}"
+        );
         assert!(metrics.contains("streamjob_checkpoint_duration_seconds_bucket"));
+        let stamp: u64 = metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("streamjob_last_checkpoint_timestamp_seconds{streamjob=\"api\"} ")
+            })
+            .expect("checkpoint timestamp")
+            .parse()
+            .unwrap();
+        assert!(
+            stamp > 1_700_000_000,
+            "a checkpoint completed, its time is {stamp}"
+        );
+        assert_eq!(
+            c.get(format!("{base}/metrics"))
+                .bearer_auth("s3cret")
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            404
+        );
         // a savepoint without stop, then stop-with-savepoint
         let r: serde_json::Value = c
             .post(format!("{base}/v1/savepoints"))

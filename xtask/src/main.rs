@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+#[cfg(test)]
+mod monitoring;
+
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:

@@ -63,4 +63,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.networkPolicy.enabled }}
+# One NetworkPolicy per StreamJob, created once (owned by it, so deleted with it).
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create"]
+{{- end }}
 {{- end -}}

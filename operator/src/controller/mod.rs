@@ -52,6 +52,8 @@ pub struct Settings {
     pub control_timeout: Duration,
     /// Resources of the runtime container where a StreamJob's podTemplate sets none.
     pub runtime_resources: Option<ResourceRequirements>,
+    /// Some: every StreamJob gets a NetworkPolicy admitting this operator to its control port.
+    pub network_policy: Option<crate::network_policy::OperatorPeer>,
 }
 
 /// Shared state of the reconcilers.
@@ -62,6 +64,8 @@ pub struct Context<C: ControlApi> {
     pub recorder: Recorder,
     pub settings: Settings,
     failures: Mutex<HashMap<String, u32>>,
+    /// StreamJobs (by uid) whose NetworkPolicy this process has seen or created.
+    policies: Mutex<BTreeSet<String>>,
 }
 
 impl<C: ControlApi> Context<C> {
@@ -77,6 +81,7 @@ impl<C: ControlApi> Context<C> {
             metrics,
             settings,
             failures: Mutex::new(HashMap::new()),
+            policies: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -244,6 +249,9 @@ async fn reconcile_inner<C: ControlApi>(
         Err(Error::TokenSecret(why)) => return token_secret_invalid(job, ctx, &jobs, &why).await,
         Err(e) => return Err(e),
     };
+    if let Some(peer) = &ctx.settings.network_policy {
+        network::ensure_network_policy(ctx, &owner, peer).await?;
+    }
     let (observed, pods) = observe(job, ctx, &owner, &token).await?;
     let status = job.status.clone().unwrap_or_default();
 
@@ -428,6 +436,7 @@ use cleanup::cleanup;
 pub use observe::observe_pod;
 use observe::{observe, spec_of_hash};
 use token::{ensure_token, token_secret_invalid};
+mod network;
 
 #[cfg(test)]
 mod tests {

@@ -50,6 +50,12 @@ impl Ctx<'_> {
                 }
             }
         }
+        // the scale subresource's selector: every pod that runs the job's subtasks
+        self.st.selector = Some(format!(
+            "{LABEL_JOB}={},{LABEL_ROLE} in (runtime,{})",
+            job_label(self.job),
+            crate::workers::ROLE_WORKER
+        ));
         // Throughput of the active version (kubectl get sj -o wide).
         if let Some(j) = self.active().and_then(|a| self.obs.job(&a)) {
             self.st.throughput = Some(ThroughputStatus {

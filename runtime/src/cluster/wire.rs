@@ -233,6 +233,9 @@ pub struct StepCounters {
     pub bad_records_dead_letter: u64,
     pub bad_records_failed: u64,
     pub late_records_dropped: u64,
+    /// File sinks: failed commits (workers of older versions do not send it).
+    #[serde(default)]
+    pub commit_failures: u64,
     /// Sources: why the source cannot make progress (see [`OperatorMetrics::problem`]).
     ///
     /// [`OperatorMetrics::problem`]: crate::metrics::OperatorMetrics::problem
@@ -255,6 +258,7 @@ impl StepCounters {
             bad_records_dead_letter: m.bad_records_dead_letter.load(Relaxed),
             bad_records_failed: m.bad_records_failed.load(Relaxed),
             late_records_dropped: m.late_records_dropped.load(Relaxed),
+            commit_failures: m.commit_failures.load(Relaxed),
             problem: m.problem.lock().ok().and_then(|p| p.clone()),
             lag: m.lag.lock().map(|l| l.clone()).unwrap_or_default(),
         }
@@ -268,6 +272,7 @@ impl StepCounters {
         self.bad_records_dead_letter += other.bad_records_dead_letter;
         self.bad_records_failed += other.bad_records_failed;
         self.late_records_dropped += other.late_records_dropped;
+        self.commit_failures += other.commit_failures;
         if self.problem.is_none() {
             self.problem.clone_from(&other.problem);
         }
@@ -287,6 +292,7 @@ impl StepCounters {
         m.bad_records_failed.store(self.bad_records_failed, Relaxed);
         m.late_records_dropped
             .store(self.late_records_dropped, Relaxed);
+        m.commit_failures.store(self.commit_failures, Relaxed);
         if let Ok(mut p) = m.problem.lock() {
             p.clone_from(&self.problem);
         }

@@ -145,11 +145,16 @@ impl Operator for FileSinkOperator {
         checkpoint_id: u64,
     ) -> Result<()> {
         let (uid, subtask) = (ctx.uid.clone(), ctx.subtask);
-        match self
+        let done = self
             .sink(ctx)?
             .notify_checkpoint_complete(checkpoint_id)
-            .await
-        {
+            .await;
+        if done.is_err() {
+            ctx.metrics
+                .commit_failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        match done {
             Ok(()) => {
                 self.failed_commits = 0;
                 Ok(())

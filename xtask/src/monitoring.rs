@@ -1,0 +1,320 @@
+//! The chart's monitoring files against the code: every PromQL expression of the alert rules
+//! (`alerts/streamjob.rules.yaml`) and the Grafana dashboard (`dashboards/streamjob.json`) parses
+//! and names only metrics that `runtime/src/metrics.rs` or `operator/src/metrics.rs` export; and
+//! the chart renders them (PodMonitor, PrometheusRule, dashboard ConfigMap) as the files say.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use promql_parser::label::MatchOp;
+use promql_parser::parser::{self, Expr, VectorSelector};
+use promql_parser::util::{ExprVisitor, walk_expr};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+const CHART: &str = "charts/streamjob-operator";
+const RULES: &str = "charts/streamjob-operator/alerts/streamjob.rules.yaml";
+const DASHBOARD: &str = "charts/streamjob-operator/dashboards/streamjob.json";
+const RUNTIME_METRICS: &str = "runtime/src/metrics.rs";
+const OPERATOR_METRICS: &str = "operator/src/metrics.rs";
+
+/// Grafana's variables, replaced by plausible values before an expression is parsed.
+const GRAFANA_VARS: [(&str, &str); 5] = [
+    ("$__rate_interval", "1m"),
+    ("$__interval", "30s"),
+    ("$__range", "1h"),
+    ("$namespace", "team-a"),
+    ("$streamjob", "clicks"),
+];
+
+fn read(path: &str) -> String {
+    let path = super::root().join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn rules() -> Value {
+    serde_yaml_ng::from_str(&read(RULES)).expect("the rules file is YAML")
+}
+
+/// Every rule of every group of the rules file.
+fn all_rules() -> Vec<Value> {
+    let groups = rules()["groups"].as_array().cloned().expect("groups");
+    let rules = |g: &Value| g["rules"].as_array().cloned().expect("rules");
+    groups.iter().flat_map(rules).collect()
+}
+
+fn dashboard() -> Value {
+    serde_json::from_str(&read(DASHBOARD)).expect("the dashboard is JSON")
+}
+
+/// The metric names a metrics source exports: every `streamjob_[a-z_]+` in it, plus `_bucket`,
+/// `_sum` and `_count` of the names its `# TYPE <name> histogram` lines declare (a `{name}`
+/// placeholder there stands for the latest name before it).
+fn exported(source: &str) -> BTreeSet<String> {
+    let (mut names, mut histograms, mut last) = (BTreeSet::new(), Vec::new(), String::new());
+    for (i, _) in source.char_indices() {
+        let rest = &source[i..];
+        let boundary = !source[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        if boundary && rest.starts_with("streamjob_") {
+            let end = rest.find(|c: char| !c.is_ascii_lowercase() && c != '_');
+            let name = &rest[..end.unwrap_or(rest.len())];
+            if !name.ends_with('_') {
+                last = name.to_string();
+                names.insert(last.clone());
+            }
+        } else if let Some(declared) = rest.strip_prefix("# TYPE ") {
+            let mut words = declared.split_whitespace();
+            let (name, kind) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+            let literal = Some(name).filter(|n| n.starts_with("streamjob_"));
+            let name = literal.unwrap_or(&last);
+            if kind.starts_with("histogram") && !name.is_empty() {
+                histograms.push(name.to_string());
+            }
+        }
+    }
+    for h in histograms {
+        names.extend(["_bucket", "_sum", "_count"].map(|s| format!("{h}{s}")));
+    }
+    names
+}
+
+/// Every vector selector of an expression (those inside range selectors included).
+struct Selectors(Vec<VectorSelector>);
+
+impl ExprVisitor for Selectors {
+    type Error = ();
+    fn pre_visit(&mut self, expr: &Expr) -> Result<bool, ()> {
+        match expr {
+            Expr::VectorSelector(vs) => self.0.push(vs.clone()),
+            Expr::MatrixSelector(ms) => self.0.push(ms.vs.clone()),
+            _ => {}
+        }
+        Ok(true)
+    }
+}
+
+/// The metrics of `runtime/src/metrics.rs` and of `operator/src/metrics.rs`.
+struct Exported {
+    runtime: BTreeSet<String>,
+    operator: BTreeSet<String>,
+}
+
+impl Exported {
+    fn from_code() -> Self {
+        let (runtime, operator) = (read(RUNTIME_METRICS), read(OPERATOR_METRICS));
+        let (runtime, operator) = (exported(&runtime), exported(&operator));
+        Self { runtime, operator }
+    }
+
+    /// What is wrong with `expr` (from `origin`): unparsable, a metric neither source exports,
+    /// or a `job` matcher on a runtime metric (their label is `streamjob`; Prometheus owns `job`).
+    fn check(&self, origin: &str, expr: &str) -> Vec<String> {
+        let substitute = |q: String, (var, v): &(&str, &str)| q.replace(var, v);
+        let query = GRAFANA_VARS.iter().fold(expr.to_string(), substitute);
+        if query.contains('$') {
+            return vec![format!("{origin}: unknown variable in `{expr}`")];
+        }
+        let ast = match parser::parse(&query) {
+            Ok(ast) => ast,
+            Err(e) => return vec![format!("{origin}: cannot parse `{expr}`: {e}")],
+        };
+        let mut selectors = Selectors(Vec::new());
+        let _ = walk_expr(&mut selectors, &ast);
+        let mut problems = Vec::new();
+        for vs in selectors.0 {
+            let by_name = vs.matchers.find_matchers("__name__");
+            let equal = by_name.iter().find(|m| m.op == MatchOp::Equal);
+            let Some(name) = vs.name.clone().or_else(|| equal.map(|m| m.value.clone())) else {
+                problems.push(format!("{origin}: `{expr}` selects no metric by name"));
+                continue;
+            };
+            if !self.runtime.contains(&name) && !self.operator.contains(&name) {
+                problems.push(format!(
+                    "{origin}: `{expr}` uses unknown metric {name}: neither {RUNTIME_METRICS} nor {OPERATOR_METRICS} exports it"
+                ));
+            }
+            if self.runtime.contains(&name) && !vs.matchers.find_matchers("job").is_empty() {
+                problems.push(format!(
+                    "{origin}: `{expr}` matches `job` on the runtime metric {name}: its label is `streamjob`"
+                ));
+            }
+        }
+        problems
+    }
+}
+
+/// (where, expression) of every PromQL expression in the rules file and the dashboard (panel
+/// targets, and the selectors of `label_values(<selector>, <label>)` variables).
+fn expressions() -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for rule in all_rules() {
+        let name = rule["alert"].as_str().or(rule["record"].as_str());
+        let expr = rule["expr"].as_str().expect("every rule has an expr");
+        let name = name.unwrap_or("?");
+        found.push((format!("{RULES}: {name}"), expr.to_string()));
+    }
+    fn walk(v: &Value, title: &str, found: &mut Vec<(String, String)>) {
+        match v {
+            Value::Object(o) => {
+                let title = o.get("title").and_then(Value::as_str).unwrap_or(title);
+                if let Some(expr) = o.get("expr").and_then(Value::as_str) {
+                    found.push((format!("{DASHBOARD}: panel {title:?}"), expr.to_string()));
+                }
+                if let Some(q) = o.get("definition").and_then(Value::as_str)
+                    && let Some(args) = q.strip_prefix("label_values(")
+                    && let Some((selector, _)) = args.rsplit_once(',')
+                {
+                    found.push((format!("{DASHBOARD}: variable {q:?}"), selector.to_string()));
+                }
+                o.values().for_each(|v| walk(v, title, found));
+            }
+            Value::Array(a) => a.iter().for_each(|v| walk(v, title, found)),
+            _ => {}
+        }
+    }
+    walk(&dashboard(), "", &mut found);
+    found
+}
+
+#[test]
+fn monitoring_expressions_use_exported_metrics() {
+    let code = Exported::from_code();
+    let found = expressions();
+    assert!(found.len() > 20, "too few expressions found: {found:?}");
+    let problems: Vec<String> = found.iter().flat_map(|(o, e)| code.check(o, e)).collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn monitoring_check_catches_unknown_metrics_and_job_matchers() {
+    let source = r##"streamjob_a_total; name = "streamjob_x_seconds"; "# TYPE {name} histogram""##;
+    let (runtime, operator) = (exported(source), exported("streamjob_leader"));
+    let got = Vec::from_iter(runtime.iter().map(String::as_str)).join(" ");
+    let x = "streamjob_x_seconds";
+    let want = format!("streamjob_a_total {x} {x}_bucket {x}_count {x}_sum");
+    assert_eq!(got, want);
+    let code = Exported { runtime, operator };
+    let check = |expr: &str| code.check("t", expr).join("\n");
+    assert_eq!(check("max(streamjob_leader) == 0"), "");
+    let unknown = check("rate(streamjob_nope_total[$__rate_interval])");
+    let message =
+        "`rate(streamjob_nope_total[$__rate_interval])` uses unknown metric streamjob_nope_total";
+    assert!(unknown.contains(message), "{unknown}");
+    let job = check(r#"increase(streamjob_a_total{job="clicks"}[5m])"#);
+    let message = "matches `job` on the runtime metric streamjob_a_total";
+    assert!(job.contains(message), "{job}");
+    assert!(check("streamjob_leader{").contains("cannot parse"));
+    assert!(check(r#"streamjob_leader{pod="$pod"}"#).contains("unknown variable"));
+}
+
+#[test]
+fn monitoring_alerts_and_dashboard_are_complete() {
+    let runtime = exported(&read(RUNTIME_METRICS));
+    let mut missing = Vec::new();
+    for rule in all_rules() {
+        let name = rule["alert"].as_str().expect("only alerting rules");
+        let expr = rule["expr"].as_str().unwrap_or_default();
+        let of_runtime = runtime.iter().any(|m| expr.contains(m.as_str()));
+        let summary = rule["annotations"]["summary"].as_str().unwrap_or_default();
+        let named = !summary.is_empty() && (!of_runtime || summary.contains("$labels.streamjob"));
+        let described = rule["annotations"]["description"].is_string();
+        let severity = rule["labels"]["severity"].is_string();
+        for (present, what) in [
+            (rule["for"].is_string(), "`for`"),
+            (severity, "a severity"),
+            (described, "a description"),
+            (named, "a summary naming the StreamJob"),
+        ] {
+            if !present {
+                missing.push(format!("{name} needs {what}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{RULES}: {missing:?}");
+    let d = dashboard();
+    let var = |i: usize, key: &str| d["templating"]["list"][i][key].clone();
+    let vars = [var(0, "name"), var(1, "name"), var(2, "name")];
+    assert_eq!(vars, ["datasource", "namespace", "streamjob"]);
+    let datasource = [var(0, "type"), var(0, "query")];
+    assert_eq!(datasource, ["datasource", "prometheus"]);
+}
+
+/// helm as `cargo xtask install` put it in the cache (the way `helm_lint` finds it), if it did.
+fn helm() -> Option<String> {
+    let tools = super::installed_tools().ok()?;
+    let (_, helm) = tools.into_iter().find(|(k, _)| k == "STREAMJOB_E2E_HELM")?;
+    Path::new(&helm).is_file().then_some(helm)
+}
+
+/// The documents `helm template` renders with `values` (each passed with --set).
+fn render(helm: &str, values: &[&str]) -> Vec<Value> {
+    let mut command = Command::new(helm);
+    command.args(["template", "sj", "--kube-version", super::KUBE_VERSION]);
+    command.arg(super::root().join(CHART));
+    command.args(values.iter().flat_map(|v| ["--set", v]));
+    let out = super::output(&mut command).expect("helm template");
+    serde_yaml_ng::Deserializer::from_str(&out)
+        .map(|doc| Value::deserialize(doc).expect("rendered YAML"))
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+/// The only document of `kind` in `docs`.
+fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found = of_kind(docs, kind);
+    assert_eq!(found.len(), 1, "one {kind}");
+    found[0]
+}
+
+fn dashboards(docs: &[Value]) -> Vec<&Value> {
+    let labelled = |c: &&Value| !c["metadata"]["labels"]["grafana_dashboard"].is_null();
+    let config_maps = of_kind(docs, "ConfigMap");
+    config_maps.into_iter().filter(labelled).collect()
+}
+
+#[test]
+fn monitoring_chart_renders_the_files() {
+    let Some(helm) = helm() else {
+        eprintln!("helm not installed (cargo xtask install): chart rendering not checked");
+        return;
+    };
+    let defaults = render(&helm, &[]);
+    let kinds = ["PodMonitor", "ServiceMonitor", "PrometheusRule"];
+    let rendered = kinds.map(|kind| of_kind(&defaults, kind).len());
+    assert_eq!(rendered, [0; 3], "{kinds:?} are off by default");
+    assert!(
+        dashboards(&defaults).is_empty(),
+        "the dashboard is off by default"
+    );
+    let all = "metrics.podMonitor.enabled=true,metrics.prometheusRule.enabled=true,\
+               metrics.dashboard.enabled=true,metrics.serviceMonitor.enabled=true";
+    let namespaced = vec![all, "watchNamespaces={a,b}"];
+    for (values, namespaces) in [
+        (vec![all], json!({"any": true})),
+        (namespaced, json!({"matchNames": ["a", "b"]})),
+    ] {
+        let docs = render(&helm, &values);
+        let spec = &one(&docs, "PodMonitor")["spec"];
+        let runtime_pods = json!({"app.kubernetes.io/managed-by": "streamjob-operator", "streamjob.io/role": "runtime"});
+        assert_eq!(spec["selector"]["matchLabels"], runtime_pods);
+        assert_eq!(spec["namespaceSelector"], namespaces, "{values:?}");
+        let endpoint = |key: &str| spec["podMetricsEndpoints"][0][key].clone();
+        let scraped = [endpoint("port"), endpoint("path")];
+        assert_eq!(scraped, ["metrics", "/metrics"]);
+        let sm = one(&docs, "ServiceMonitor");
+        assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+        let (pr, file) = (one(&docs, "PrometheusRule"), rules());
+        assert_eq!(pr["spec"]["groups"], file["groups"]);
+        let cm = dashboards(&docs);
+        assert_eq!(cm.len(), 1, "one dashboard ConfigMap");
+        assert_eq!(cm[0]["metadata"]["labels"]["grafana_dashboard"], "1");
+        let shipped = cm[0]["data"]["streamjob.json"].as_str();
+        let shipped = serde_json::from_str::<Value>(shipped.expect("streamjob.json"));
+        assert_eq!(shipped.expect("the shipped dashboard is JSON"), dashboard());
+    }
+}
