@@ -3,6 +3,7 @@
 //!
 //! * [`status`] — `GET /v1/status`: the run state and what the job reports.
 //! * [`requests`] — the other control API calls: savepoints, start, their answers.
+//! * [`plan`] — the plan report: whether a new job can restore a snapshot, per operator uid.
 //! * [`process`] — how a runtime process is started and how it ends: environment names, ports,
 //!   exit codes.
 //!
@@ -10,6 +11,7 @@
 //! runtime adds are ignored, unknown run states read as [`status::RunState::Unknown`]); writing
 //! is what the runtime sends.
 
+pub mod plan;
 pub mod process;
 pub mod requests;
 pub mod status;

@@ -485,6 +485,7 @@ fn fuzz_termination_messages() {
                 })
                 .collect(),
             reasons,
+            omitted: 0,
         });
     let inputs = (report, "\\PC{0,64}");
     fuzz("termination_messages", 256, inputs, |(report, path)| {

@@ -6,7 +6,6 @@
 //! kind or key type is incompatible; a changed maxParallelism is incompatible for keyed state
 //! (keys would land in other key groups); parallelism may change (key groups are re-divided).
 
-use serde::{Deserialize, Serialize};
 
 use crate::operator::StateDescriptor;
 use crate::snapshot::{FORMAT_VERSION, SnapshotMetadata};
@@ -20,78 +19,7 @@ pub struct GraphOperator {
     pub state: StateDescriptor,
 }
 
-/// Per-uid outcome.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OperatorStatus {
-    /// State restored from the snapshot (or a stateless operator present in both).
-    Restored,
-    /// Not in the snapshot: starts empty.
-    New,
-    /// In the snapshot but not in the job graph: its state is dropped.
-    Dropped,
-    /// Cannot be restored.
-    Incompatible,
-}
-
-/// One row of the report.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct OperatorReport {
-    pub uid: String,
-    pub status: OperatorStatus,
-    pub reason: String,
-}
-
-/// The outcome of `plan`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PlanReport {
-    pub compatible: bool,
-    /// Path of the snapshot checked.
-    #[serde(default)]
-    pub path: String,
-    pub operators: Vec<OperatorReport>,
-    /// Problems not tied to one operator (format version).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasons: Vec<String>,
-}
-
-impl PlanReport {
-    /// Every refusal as `uid: reason` lines.
-    pub fn refusals(&self) -> Vec<String> {
-        let mut out = self.reasons.clone();
-        out.extend(
-            self.operators
-                .iter()
-                .filter(|o| o.status == OperatorStatus::Incompatible)
-                .map(|o| format!("{}: {}", o.uid, o.reason)),
-        );
-        out
-    }
-
-    /// Human-readable table.
-    pub fn to_text(&self) -> String {
-        let mut s = format!(
-            "{} {}\n",
-            if self.compatible {
-                "compatible:"
-            } else {
-                "INCOMPATIBLE:"
-            },
-            self.path
-        );
-        for r in &self.reasons {
-            s.push_str(&format!("  - {r}\n"));
-        }
-        for o in &self.operators {
-            let status = serde_json::to_value(o.status)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
-            s.push_str(&format!("  {:<24} {:<13} {}\n", o.uid, status, o.reason));
-        }
-        s
-    }
-}
+pub use streamjob_contract::plan::{OperatorReport, OperatorStatus, PlanReport};
 
 /// Decides whether `graph` (with `max_parallelism`) can restore `meta`.
 pub fn check_restore(
@@ -240,6 +168,7 @@ pub fn check_restore(
         path: path.to_string(),
         operators,
         reasons,
+        omitted: 0,
     }
 }
 

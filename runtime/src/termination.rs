@@ -100,12 +100,8 @@ pub fn plan_report(report: &PlanReport) -> String {
     let total = short.operators.len() + short.reasons.len();
     short.path = truncate(&short.path, 300).to_string();
     loop {
-        let omitted = total - short.operators.len() - short.reasons.len();
-        let mut v = serde_json::to_value(&short).unwrap_or_default();
-        if let Some(m) = v.as_object_mut() {
-            m.insert("omitted".into(), omitted.into());
-        }
-        let text = v.to_string();
+        short.omitted = total - short.operators.len() - short.reasons.len();
+        let text = serde_json::to_string(&short).unwrap_or_default();
         if text.len() <= MAX_BYTES {
             return text;
         }
@@ -137,6 +133,7 @@ mod tests {
                 })
                 .collect(),
             reasons: Vec::new(),
+            omitted: 0,
         }
     }
 

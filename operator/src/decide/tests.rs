@@ -1117,7 +1117,7 @@ fn cases() -> Vec<Case> {
         &planning,
         PodPhase::Failed,
         Some(3),
-        Some(r#"{"compatible":false,"operators":[{"uid":"agg","status":"missing","reason":"state of uid agg has no operator in the new pipeline"},{"uid":"gen","status":"ok"}]}"#),
+        Some(r#"{"compatible":false,"operators":[{"uid":"agg","status":"incompatible","reason":"state of uid agg has no operator in the new pipeline"},{"uid":"gen","status":"restored","reason":""}]}"#),
     ));
     v.push(
         Case::new(
@@ -2242,12 +2242,12 @@ fn blocked_condition_names_the_uid() {
         &planning,
         PodPhase::Failed,
         Some(3),
-        Some("log line\n{\"compatible\":false,\"operators\":[{\"uid\":\"agg\",\"status\":\"missing\",\"reason\":\"no operator\"}]}"),
+        Some("log line\n{\"compatible\":false,\"operators\":[{\"uid\":\"agg\",\"status\":\"incompatible\",\"reason\":\"no operator\"}]}"),
     ));
     let d = run(&img2(), &planning, &o);
     let c = cond(&d, "UpgradeBlocked");
     assert!(
-        c.message.contains("uid agg: missing (no operator)"),
+        c.message.contains("uid agg: incompatible (no operator)"),
         "{}",
         c.message
     );
@@ -2744,10 +2744,10 @@ fn plan_results() {
     assert_eq!(plan_result(&p), PlanResult::Compatible);
     p.phase = PodPhase::Failed;
     p.exit_code = Some(3);
-    p.message = Some(r#"{"compatible":false,"operators":[{"uid":"a","status":"missing","reason":"gone"},{"uid":"b","status":"ok"}]}"#.into());
+    p.message = Some(r#"{"compatible":false,"operators":[{"uid":"a","status":"incompatible","reason":"gone"},{"uid":"b","status":"restored"}]}"#.into());
     assert_eq!(
         plan_result(&p),
-        PlanResult::Incompatible("uid a: missing (gone)".into())
+        PlanResult::Incompatible("uid a: incompatible (gone)".into())
     );
     p.message = None;
     assert!(

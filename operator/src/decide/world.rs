@@ -2,6 +2,7 @@
 //! plan and disposal pods report.
 
 use super::*;
+use streamjob_contract::plan::PlanReport;
 
 const EXIT_OK: i32 = exit::OK as i32;
 const EXIT_INVALID: i32 = exit::INVALID as i32;
@@ -173,23 +174,6 @@ pub enum PlanResult {
     Transient(String),
 }
 
-#[derive(Deserialize)]
-pub(super) struct PlanReport {
-    // Required: any other JSON line of a log tail (a structured log record) must not pass for the
-    // report and hide the uids it refuses (found by fuzz_plan_report_in_a_log_tail).
-    operators: Vec<PlanOperator>,
-}
-
-#[derive(Deserialize)]
-pub(super) struct PlanOperator {
-    #[serde(default)]
-    uid: String,
-    #[serde(default)]
-    status: String,
-    #[serde(default)]
-    reason: Option<String>,
-}
-
 /// Reads a plan pod: exit 0 compatible, 3 incompatible (reasons per uid from the JSON report in
 /// its termination message or log tail), anything else an error with whatever it said.
 pub fn plan_result(pod: &PodObs) -> PlanResult {
@@ -245,29 +229,32 @@ pub fn plan_result(pod: &PodObs) -> PlanResult {
     }
 }
 
+/// What an incompatible plan report says, one `uid X: status (reason)` per refusal; `None` when
+/// `text` holds no report.
 pub(super) fn parse_plan_report(text: &str) -> Option<String> {
-    // The message may be a log tail: take the last line that parses as the report.
-    let report: PlanReport = text
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l.trim()).ok())
-        .or_else(|| serde_json::from_str(text.trim()).ok())?;
-    let bad: Vec<String> = report
-        .operators
-        .iter()
-        .filter(|o| !matches!(o.status.as_str(), "ok" | "restored" | "new" | "compatible"))
-        .map(|o| {
-            format!(
-                "uid {}: {}{}",
-                o.uid,
-                o.status,
-                o.reason
-                    .as_deref()
-                    .map(|r| format!(" ({r})"))
-                    .unwrap_or_default()
-            )
-        })
-        .collect();
+    // The message may be a log tail: the last line that is a report (it names its verdict).
+    let report = PlanReport::find_in(text)?;
+    let mut bad: Vec<String> = report.reasons.clone();
+    bad.extend(
+        report
+            .operators
+            .iter()
+            .filter(|o| o.status.refuses())
+            .map(|o| {
+                let reason = if o.reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", o.reason)
+                };
+                format!("uid {}: {}{reason}", o.uid, o.status.as_str())
+            }),
+    );
+    if report.omitted > 0 {
+        bad.push(format!(
+            "{} more rows left out of the plan pod's report",
+            report.omitted
+        ));
+    }
     if bad.is_empty() {
         Some("the plan reported the spec incompatible without naming an operator".into())
     } else {
