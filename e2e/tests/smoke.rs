@@ -914,45 +914,29 @@ async fn namespaced_mode_watches_only_its_namespaces() {
 
     // RBAC: StreamJobs in the watched namespaces only
     let sa = format!("system:serviceaccount:{op_ns}:nsmode-streamjob-operator");
-    let can = |ns: &str| {
-        env.kubectl(
-            &[
-                "auth",
-                "can-i",
-                "watch",
-                "streamjobs.streamjob.io",
-                "--as",
-                &sa,
-                "-n",
-                ns,
-            ],
-            None,
-        )
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .expect("kubectl auth can-i")
+    // `kubectl auth can-i watch streamjobs` as the operator, in `scope` (`-n NS` or `-A`)
+    let can = |scope: &[&str]| {
+        let mut args = vec![
+            "auth",
+            "can-i",
+            "watch",
+            "streamjobs.streamjob.io",
+            "--as",
+            &sa,
+        ];
+        args.extend_from_slice(scope);
+        env.kubectl(&args, None)
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .expect("kubectl auth can-i")
     };
-    assert_eq!(can(&watched_a), "yes");
-    assert_eq!(can(&watched_b), "yes");
+    assert_eq!(can(&["-n", &watched_a]), "yes");
+    assert_eq!(can(&["-n", &watched_b]), "yes");
     assert_eq!(
-        can(&unwatched),
+        can(&["-n", &unwatched]),
         "no",
         "no StreamJob rights outside watchNamespaces"
     );
-    let cluster_wide = env
-        .kubectl(
-            &[
-                "auth",
-                "can-i",
-                "watch",
-                "streamjobs.streamjob.io",
-                "--as",
-                &sa,
-                "-A",
-            ],
-            None,
-        )
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .expect("kubectl auth can-i -A");
+    let cluster_wide = can(&["-A"]);
     assert_eq!(
         cluster_wide, "no",
         "nothing cluster-wide in namespaced mode"

@@ -6,7 +6,6 @@
 //! kind or key type is incompatible; a changed maxParallelism is incompatible for keyed state
 //! (keys would land in other key groups); parallelism may change (key groups are re-divided).
 
-
 use crate::operator::StateDescriptor;
 use crate::snapshot::{FORMAT_VERSION, SnapshotMetadata};
 

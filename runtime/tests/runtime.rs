@@ -412,24 +412,14 @@ fn control_api_status_savepoint_and_metrics() {
         ],
         &[(TERMINATION_ENV, &message)],
     );
-    let line = run.wait_line("metrics listening").unwrap();
-    let metrics_addr = line
-        .split("bound=")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
-    let line = run.wait_line("control API listening").unwrap();
-    let addr = line
-        .split("bound=")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
+    // `… listening bound=IP:PORT`
+    let bound = |what: &str| {
+        let line = run.wait_line(what).unwrap();
+        let at = line.split("bound=").nth(1).unwrap();
+        at.split_whitespace().next().unwrap().to_string()
+    };
+    let metrics_addr = bound("metrics listening");
+    let addr = bound("control API listening");
     assert!(run.wait_checkpoint(1));
     let rt = tokio::runtime::Runtime::new().unwrap();
     let stopped = rt.block_on(async {
