@@ -2,8 +2,9 @@
 //! with it at its pod IP; workers of a coordinator that is gone, terminating or finished are
 //! deleted.
 //!
-//! This is kept out of the upgrade state machine on purpose: [`crate::decide`] moves coordinator
-//! pods between versions, and every coordinator pod brings its workers along. A shadow upgrade's
+//! [`crate::decide`] turns [`plan_workers`] into actions of the same decision (`CreateWorker`,
+//! `DeletePod`), outside the upgrade stages on purpose: the stages move coordinator pods between
+//! versions, and every coordinator pod brings its workers along. A shadow upgrade's
 //! standby coordinator gets its workers while the old one keeps its own, so the old version stays
 //! warm, workers included, for an instant rollback.
 //!

@@ -1,5 +1,4 @@
-//! Act: carry out what the decision asked for (pods, ConfigMaps, control API calls), and keep
-//! worker pods in step with their coordinators.
+//! Act: carry out what the decision asked for (pods, ConfigMaps, control API calls).
 
 use super::*;
 
@@ -57,6 +56,29 @@ pub(super) async fn apply<C: ControlApi>(
                 )
                 .await,
             )?;
+        }
+        Action::CreateWorker { coordinator, index } => {
+            let Some(c) = observed
+                .coordinators
+                .iter()
+                .find(|c| &c.name == coordinator)
+            else {
+                return Ok(false);
+            };
+            // the coordinator's own spec: an older one during a Shadow upgrade
+            let current =
+                deployment_hash(&job.spec).map_err(|e| Error::Serialize(e.to_string()))?;
+            let spec = if c.hash == current {
+                job.spec.clone()
+            } else {
+                spec_of_hash(ctx, owner, &c.hash).await?
+            };
+            if let Some(pod) = workers::worker_pod(owner, c, *index, &spec) {
+                tracing::info!(worker = %workers::worker_name(coordinator, *index), %coordinator, "creating worker pod");
+                let pod =
+                    resources::with_default_resources(pod, ctx.settings.runtime_resources.as_ref());
+                ignore_conflict(pods.create(&pp, &pod).await)?;
+            }
         }
         Action::DeletePod { name } => {
             tracing::info!(pod = %name, "deleting pod");
@@ -188,57 +210,4 @@ pub(super) async fn create_dispose_pod<C: ControlApi>(
         .await,
     )?;
     Ok(name)
-}
-
-/// Creates and deletes worker pods so every live coordinator pod has its `spec.workers`
-/// workers (see [`crate::workers`]). `pods` is what this reconcile observed.
-pub(super) async fn sync_workers<C: ControlApi>(
-    job: &StreamJob,
-    ctx: &Context<C>,
-    owner: &Owner,
-    pods: &[Pod],
-) -> Result<()> {
-    let (coordinators, workers) = workers::observe(pods);
-    let actions = workers::plan_workers(&coordinators, &workers);
-    if actions.is_empty() {
-        return Ok(());
-    }
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let pp = PostParams {
-        field_manager: Some(MANAGER.into()),
-        ..Default::default()
-    };
-    let current = deployment_hash(&job.spec).map_err(|e| Error::Serialize(e.to_string()))?;
-    // specs of older deployments, read once per hash (a coordinator needs N workers)
-    let mut specs: HashMap<String, streamjob_crds::v1alpha1::StreamJobSpec> = HashMap::new();
-    specs.insert(current, job.spec.clone());
-    for action in actions {
-        match action {
-            workers::WorkerAction::Create { coordinator, index } => {
-                let Some(c) = coordinators.iter().find(|c| c.name == coordinator) else {
-                    continue;
-                };
-                // the coordinator's own spec: an older one during a shadow upgrade
-                if !specs.contains_key(&c.hash) {
-                    let spec = spec_of_hash(ctx, owner, &c.hash).await?;
-                    specs.insert(c.hash.clone(), spec);
-                }
-                let Some(pod) = specs
-                    .get(&c.hash)
-                    .and_then(|spec| workers::worker_pod(owner, c, index, spec))
-                else {
-                    continue;
-                };
-                tracing::info!(worker = %workers::worker_name(&coordinator, index), %coordinator, "creating worker pod");
-                let pod =
-                    resources::with_default_resources(pod, ctx.settings.runtime_resources.as_ref());
-                ignore_conflict(api.create(&pp, &pod).await)?;
-            }
-            workers::WorkerAction::Delete { name } => {
-                tracing::info!(worker = %name, "deleting worker pod");
-                ignore_missing(api.delete(&name, &DeleteParams::default()).await)?;
-            }
-        }
-    }
-    Ok(())
 }

@@ -252,7 +252,7 @@ async fn reconcile_inner<C: ControlApi>(
     if let Some(peer) = &ctx.settings.network_policy {
         network::ensure_network_policy(ctx, &owner, peer).await?;
     }
-    let (observed, pods) = observe(job, ctx, &owner, &token).await?;
+    let observed = observe(job, ctx, &owner, &token).await?;
     let status = job.status.clone().unwrap_or_default();
 
     // ---- decide ----
@@ -298,13 +298,6 @@ async fn reconcile_inner<C: ControlApi>(
         && write_status(&jobs, name, version.as_deref(), &new_status).await? == Written::Stale
     {
         return Ok(stale(ctx, ns, name));
-    }
-    // workers follow the coordinator pods as observed; new coordinators get theirs next time
-    if first_error.is_none()
-        && let Err(e) = sync_workers(job, ctx, &owner, &pods).await
-    {
-        tracing::warn!(error = %e, "cannot reconcile worker pods");
-        first_error = Some(e);
     }
     for note in &decision.events {
         publish(ctx, job, note.warning, &note.reason, &note.message).await;
@@ -402,6 +395,7 @@ fn action_name(a: &Action) -> &'static str {
         Action::DeleteConfig { .. } => "DeleteConfig",
         Action::CreatePod(_) => "CreatePod",
         Action::DeletePod { .. } => "DeletePod",
+        Action::CreateWorker { .. } => "CreateWorker",
         Action::CreatePlanPod { .. } => "CreatePlanPod",
         Action::TriggerSavepoint { .. } => "TriggerSavepoint",
         Action::Start { .. } => "Start",
@@ -431,7 +425,7 @@ mod cleanup;
 mod observe;
 mod token;
 
-use act::{apply, create_dispose_pod, sync_workers};
+use act::{apply, create_dispose_pod};
 use cleanup::cleanup;
 pub use observe::observe_pod;
 use observe::{observe, spec_of_hash};

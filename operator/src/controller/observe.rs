@@ -68,7 +68,7 @@ pub(super) async fn observe<C: ControlApi>(
     ctx: &Context<C>,
     owner: &Owner,
     token: &str,
-) -> Result<(Observed, Vec<Pod>)> {
+) -> Result<Observed> {
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let lp = ListParams::default().labels(&resources::selector(&owner.name));
@@ -94,6 +94,7 @@ pub(super) async fn observe<C: ControlApi>(
             obs.pods.push(p);
         }
     }
+    (obs.coordinators, obs.workers) = workers::observe(&pod_list.items);
     obs.recovered_savepoint = job
         .annotations()
         .get(decide::ANNOTATION_RECOVERED_SAVEPOINT)
@@ -161,7 +162,7 @@ pub(super) async fn observe<C: ControlApi>(
     if let Some(SavepointState::Completed { path }) = &obs.savepoint {
         tracing::info!(%path, "savepoint completed");
     }
-    Ok((obs, pod_list.items))
+    Ok(obs)
 }
 
 /// The spec a deployed hash was created from (its manifest ConfigMap).

@@ -32,8 +32,15 @@ pub enum Action {
         hash: String,
     },
     CreatePod(Box<PodPlan>),
+    /// A runtime, plan or worker pod to delete.
     DeletePod {
         name: String,
+    },
+    /// Worker `index` of the coordinator pod `coordinator` (`spec.workers`), made from the
+    /// coordinator's own spec (an older one while a Shadow upgrade keeps the old version warm).
+    CreateWorker {
+        coordinator: String,
+        index: u32,
     },
     /// Short-lived pod of the new image running `streamjob-runtime plan`.
     CreatePlanPod {

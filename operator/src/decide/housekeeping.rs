@@ -1,8 +1,24 @@
-//! Savepoint retention and garbage collection of what no stage needs any more.
+//! Savepoint retention, garbage collection of what no stage needs any more, and worker pods.
 
 use super::*;
 
 impl Ctx<'_> {
+    /// Worker pods (`spec.workers`) follow the coordinator pods as observed: each live one gets
+    /// its workers, those of a coordinator that is gone, finished or replaced go (see
+    /// [`crate::workers`]). Outside the upgrade stages on purpose: every coordinator pod, old or
+    /// standby, brings its own workers along.
+    pub(super) fn workers(&mut self) {
+        use crate::workers::WorkerAction;
+        for w in crate::workers::plan_workers(&self.obs.coordinators, &self.obs.workers) {
+            self.actions.push(match w {
+                WorkerAction::Create { coordinator, index } => {
+                    Action::CreateWorker { coordinator, index }
+                }
+                WorkerAction::Delete { name } => Action::DeletePod { name },
+            });
+        }
+    }
+
     pub(super) fn retention(&mut self) {
         let Some(policy) = self.spec.savepoints.as_ref().map(|s| s.history.clone()) else {
             return;

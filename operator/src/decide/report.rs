@@ -6,6 +6,7 @@ impl Ctx<'_> {
     pub(super) fn finish(mut self) -> Decision {
         self.retention();
         self.gc();
+        self.workers();
         self.assign_epochs();
         if self.degraded.is_none()
             && let Some(a) = self.active()

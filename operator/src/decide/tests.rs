@@ -168,6 +168,9 @@ fn tags(d: &Decision) -> Vec<String> {
                     .unwrap_or_default()
             ),
             Action::DeletePod { name } => format!("DeletePod:{name}"),
+            Action::CreateWorker { coordinator, index } => {
+                format!("CreateWorker:{coordinator}:{index}")
+            }
             Action::CreatePlanPod { from, .. } => format!("CreatePlanPod:{from}"),
             Action::TriggerSavepoint { stop, standby, .. } => format!(
                 "TriggerSavepoint{}{}",
@@ -2922,4 +2925,39 @@ fn docs_show_the_declared_machine() {
             "docs/upgrades.md shows another state machine than TRANSITIONS; run with STREAMJOB_BLESS=1 to rewrite it. Expected:\n{want}"
         );
     }
+}
+
+/// Worker pods are actions of the same decision: a live coordinator gets its missing workers,
+/// a worker of a replaced coordinator is deleted, next to whatever the upgrade does.
+#[test]
+fn workers_follow_their_coordinators_in_the_decision() {
+    use crate::workers::{CoordinatorObs, WorkerObs};
+    let mut o = world(110);
+    o.coordinators = vec![CoordinatorObs {
+        name: OLD.into(),
+        uid: "u-old".into(),
+        hash: "h".into(),
+        ip: Some("10.0.0.1".into()),
+        workers: 2,
+        live: true,
+    }];
+    o.workers = vec![
+        WorkerObs {
+            name: format!("{OLD}-w0"),
+            coordinator: OLD.into(),
+            coordinator_uid: "u-old".into(),
+            terminating: false,
+        },
+        WorkerObs {
+            name: "gone-w0".into(),
+            coordinator: "gone".into(),
+            coordinator_uid: "u-gone".into(),
+            terminating: false,
+        },
+    ];
+    let d = run(&base_spec(), &running(), &o);
+    let t = tags(&d);
+    assert!(t.contains(&format!("CreateWorker:{OLD}:1")), "{t:?}");
+    assert!(!t.contains(&format!("CreateWorker:{OLD}:0")), "{t:?}");
+    assert!(t.contains(&"DeletePod:gone-w0".to_string()), "{t:?}");
 }

@@ -130,6 +130,10 @@ pub struct Observed {
     pub config_hashes: BTreeSet<String>,
     /// The `streamjob.io/recovered-savepoint` annotation, if set.
     pub recovered_savepoint: Option<String>,
+    /// Runtime (coordinator) pods as the worker planning sees them (`spec.workers`).
+    pub coordinators: Vec<crate::workers::CoordinatorObs>,
+    /// Worker pods.
+    pub workers: Vec<crate::workers::WorkerObs>,
 }
 
 impl Observed {
@@ -142,6 +146,8 @@ impl Observed {
             savepoint: None,
             config_hashes: BTreeSet::new(),
             recovered_savepoint: None,
+            coordinators: Vec::new(),
+            workers: Vec::new(),
         }
     }
     pub fn pod(&self, name: &str) -> Option<&PodObs> {
