@@ -1,12 +1,14 @@
 //! The StreamJob operator: a kube-rs controller that runs StreamJobs as runtime pods and moves
 //! them between versions through savepoints (in place or by a shadow copy), with rollback.
 //!
-//! Observe (`controller`) → decide (`decide`, pure) → act (`controller`, `resources`).
+//! Observe (`engine`) → decide (`decide`, pure) → act (`controller`, through `engine`).
 
+mod api;
 pub mod control;
 pub mod controller;
 pub mod decide;
 pub mod disposal;
+pub mod engine;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]

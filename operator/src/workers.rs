@@ -2,8 +2,8 @@
 //! with it at its pod IP; workers of a coordinator that is gone, terminating or finished are
 //! deleted.
 //!
-//! [`crate::decide`] turns [`plan_workers`] into actions of the same decision (`CreateWorker`,
-//! `DeletePod`), outside the upgrade stages on purpose: the stages move coordinator pods between
+//! [`crate::decide`] turns [`plan_workers`] into actions of the same decision (`AddWorker`,
+//! `Remove`), outside the upgrade stages on purpose: the stages move coordinator pods between
 //! versions, and every coordinator pod brings its workers along. A shadow upgrade's
 //! standby coordinator gets its workers while the old one keeps its own, so the old version stays
 //! warm, workers included, for an instant rollback.

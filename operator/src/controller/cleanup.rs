@@ -4,9 +4,9 @@ use super::*;
 
 /// Deletion with `disposeOnDelete`: dispose every savepoint the operator recorded, then let go —
 /// also when the disposal cannot run (see `disposal`), with a Warning Event naming what remains.
-pub(super) async fn cleanup<C: ControlApi>(
+pub(super) async fn cleanup<E: Engine>(
     job: &StreamJob,
-    ctx: &Context<C>,
+    ctx: &Context<E>,
     owner: &Owner,
 ) -> Result<Requeue> {
     let status = job.status.clone().unwrap_or_default();
@@ -72,8 +72,8 @@ pub(super) async fn cleanup<C: ControlApi>(
 
 /// The Event about savepoints left behind, on the operator's own pod: the StreamJob's namespace,
 /// and every Event in it, is about to disappear.
-pub(super) async fn publish_at_home<C: ControlApi>(
-    ctx: &Context<C>,
+pub(super) async fn publish_at_home<E: Engine>(
+    ctx: &Context<E>,
     owner: &Owner,
     why: &str,
     paths: &[String],
@@ -111,9 +111,9 @@ pub(super) async fn publish_at_home<C: ControlApi>(
 }
 
 /// One look at the disposal pod: create it, wait for it, or give up on it.
-pub(super) async fn dispose_step<C: ControlApi>(
+pub(super) async fn dispose_step<E: Engine>(
     job: &StreamJob,
-    ctx: &Context<C>,
+    ctx: &Context<E>,
     owner: &Owner,
     paths: &[String],
 ) -> Result<Disposal> {
@@ -129,7 +129,14 @@ pub(super) async fn dispose_step<C: ControlApi>(
     if verdict != Disposal::Create {
         return Ok(verdict);
     }
-    match create_dispose_pod(ctx, job, owner, paths).await {
+    let scope = JobScope {
+        client: &ctx.client,
+        job,
+        owner,
+        // deletion makes no control calls
+        token: "",
+    };
+    match ctx.engine.dispose(&scope, paths).await {
         Ok(_) => {
             publish(
                 ctx,

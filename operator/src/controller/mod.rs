@@ -1,7 +1,10 @@
-//! The reconcile loop: observe (API + runtime control API) → [`decide`] (pure) → act, with the
-//! status written by server-side apply under one field manager.//!
-//! By role: this file runs the loop and one reconcile; [`observe`], [`act`], `cleanup` (deletion
-//! and the finalizer) and `token` (the control token Secret) hold the rest.
+//! The reconcile loop: observe → [`decide`] (pure) → act, with the status written by
+//! server-side apply under one field manager. Observing and acting on a job's runs is the
+//! job's engine adapter's part ([`crate::engine`]); this loop is the same for every engine.
+//!
+//! By role: this file runs the loop and one reconcile; `act` (actions through the engine, with
+//! the status bookkeeping), `cleanup` (deletion and the finalizer), `token` (the control token
+//! Secret) and `network` (the job's NetworkPolicy) hold the rest.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -9,28 +12,24 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceRequirements, Secret};
-use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use rand::Rng;
 use rand::distr::Alphanumeric;
-use streamjob_crds::hash::deployment_hash;
-use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::{API_VERSION, KIND, StreamJob, StreamJobStatus};
 use tracing::Instrument;
 
-use crate::control::{ControlApi, Endpoint, SavepointRequest, SavepointState};
-use crate::decide::{
-    self, Action, Decision, JobRef, LABEL_HASH, LABEL_ROLE, MANAGER, Observed, PodObs, PodPhase,
-    PodRole, RuntimeObs, decide,
-};
+use crate::api::ignore_missing;
+use crate::control::ControlApi;
+use crate::decide::{self, Action, Decision, JobRef, MANAGER, Observed, decide};
 use crate::disposal::{self, Disposal};
+use crate::engine::{Engine, JobScope, RuntimeEngine, SavepointOrder};
 use crate::metrics::Metrics;
 use crate::resources::{self, Owner, TOKEN_KEY};
-use crate::workers;
 use crate::{Error, Result};
 
 /// Finalizer present only while `spec.savepoints.disposeOnDelete` is set.
@@ -57,9 +56,10 @@ pub struct Settings {
 }
 
 /// Shared state of the reconcilers.
-pub struct Context<C: ControlApi> {
+pub struct Context<E: Engine> {
     pub client: Client,
-    pub control: C,
+    /// The adapter that turns the decision's actions into objects and calls.
+    pub engine: E,
     pub metrics: Metrics,
     pub recorder: Recorder,
     pub settings: Settings,
@@ -68,8 +68,21 @@ pub struct Context<C: ControlApi> {
     policies: Mutex<BTreeSet<String>>,
 }
 
-impl<C: ControlApi> Context<C> {
+impl<C: ControlApi> Context<RuntimeEngine<C>> {
+    /// The operator for our own runtime, driven over its control API by `control`.
     pub fn new(client: Client, control: C, metrics: Metrics, settings: Settings) -> Self {
+        let engine = RuntimeEngine::new(
+            control,
+            settings.control_port,
+            settings.control_timeout,
+            settings.runtime_resources.clone(),
+        );
+        Self::with_engine(client, engine, metrics, settings)
+    }
+}
+
+impl<E: Engine> Context<E> {
+    pub fn with_engine(client: Client, engine: E, metrics: Metrics, settings: Settings) -> Self {
         let reporter = Reporter {
             controller: MANAGER.into(),
             instance: Some(settings.instance.clone()),
@@ -77,7 +90,7 @@ impl<C: ControlApi> Context<C> {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
-            control,
+            engine,
             metrics,
             settings,
             failures: Mutex::new(HashMap::new()),
@@ -91,7 +104,7 @@ impl<C: ControlApi> Context<C> {
 }
 
 /// Runs the controllers (one per watched namespace, or one for all) until SIGTERM/Ctrl-C.
-pub async fn run<C: ControlApi>(ctx: Arc<Context<C>>) {
+pub async fn run<E: Engine>(ctx: Arc<Context<E>>) {
     let client = ctx.client.clone();
     let scopes: Vec<Option<String>> = if ctx.settings.namespaces.is_empty() {
         vec![None]
@@ -160,7 +173,7 @@ fn trigger_digest(job: &StreamJob) -> Option<u64> {
     Some(h.finish())
 }
 
-fn error_policy<C: ControlApi>(job: Arc<StreamJob>, err: &Error, ctx: Arc<Context<C>>) -> Requeue {
+fn error_policy<E: Engine>(job: Arc<StreamJob>, err: &Error, ctx: Arc<Context<E>>) -> Requeue {
     let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
     ctx.metrics.error(err.kind());
     let n = {
@@ -174,7 +187,7 @@ fn error_policy<C: ControlApi>(job: Arc<StreamJob>, err: &Error, ctx: Arc<Contex
     Requeue::requeue(backoff)
 }
 
-async fn reconcile<C: ControlApi>(job: Arc<StreamJob>, ctx: Arc<Context<C>>) -> Result<Requeue> {
+async fn reconcile<E: Engine>(job: Arc<StreamJob>, ctx: Arc<Context<E>>) -> Result<Requeue> {
     let ns = job
         .namespace()
         .ok_or_else(|| Error::Object("StreamJob without namespace".into()))?;
@@ -203,9 +216,9 @@ fn owner_of(job: &StreamJob, ns: &str, name: &str) -> Result<Owner> {
     })
 }
 
-async fn reconcile_inner<C: ControlApi>(
+async fn reconcile_inner<E: Engine>(
     job: &StreamJob,
-    ctx: &Context<C>,
+    ctx: &Context<E>,
     ns: &str,
     name: &str,
 ) -> Result<Requeue> {
@@ -252,7 +265,13 @@ async fn reconcile_inner<C: ControlApi>(
     if let Some(peer) = &ctx.settings.network_policy {
         network::ensure_network_policy(ctx, &owner, peer).await?;
     }
-    let observed = observe(job, ctx, &owner, &token).await?;
+    let scope = JobScope {
+        client: &ctx.client,
+        job,
+        owner: &owner,
+        token: &token,
+    };
+    let observed = ctx.engine.observe(&scope).await?;
     let status = job.status.clone().unwrap_or_default();
 
     // ---- decide ----
@@ -277,7 +296,7 @@ async fn reconcile_inner<C: ControlApi>(
     let mut status_dirty = false;
     let mut first_error = None;
     for action in &decision.actions {
-        match apply(action, job, ctx, &owner, &observed, &token, &mut new_status).await {
+        match apply(action, ctx, &scope, &observed, &mut new_status).await {
             Ok(dirty) => status_dirty |= dirty,
             Err(e) => {
                 tracing::warn!(error = %e, ?action, "action failed");
@@ -309,7 +328,7 @@ async fn reconcile_inner<C: ControlApi>(
     Ok(Requeue::requeue(decision.requeue_after))
 }
 
-fn record_metrics<C: ControlApi>(ctx: &Context<C>, ns: &str, name: &str, d: &Decision) {
+fn record_metrics<E: Engine>(ctx: &Context<E>, ns: &str, name: &str, d: &Decision) {
     if let Some(p) = d.status.phase {
         ctx.metrics
             .phase(&format!("{ns}/{name}"), &format!("{p:?}"));
@@ -359,14 +378,14 @@ async fn write_status(
 
 /// A status write lost to a newer version of the StreamJob: nothing else is done on this stale
 /// view; the watch brings the newer one and the job is reconciled again.
-fn stale<C: ControlApi>(ctx: &Context<C>, ns: &str, name: &str) -> Requeue {
+fn stale<E: Engine>(ctx: &Context<E>, ns: &str, name: &str) -> Requeue {
     tracing::info!(job = %name, namespace = %ns, "status write refused: the StreamJob changed meanwhile; reconciling again");
     ctx.metrics.error("stale_status");
     Requeue::requeue(Duration::from_secs(1))
 }
 
-async fn publish<C: ControlApi>(
-    ctx: &Context<C>,
+async fn publish<E: Engine>(
+    ctx: &Context<E>,
     job: &StreamJob,
     warning: bool,
     reason: &str,
@@ -391,44 +410,25 @@ async fn publish<C: ControlApi>(
 
 fn action_name(a: &Action) -> &'static str {
     match a {
-        Action::EnsureConfig { .. } => "EnsureConfig",
-        Action::DeleteConfig { .. } => "DeleteConfig",
-        Action::CreatePod(_) => "CreatePod",
-        Action::DeletePod { .. } => "DeletePod",
-        Action::CreateWorker { .. } => "CreateWorker",
-        Action::CreatePlanPod { .. } => "CreatePlanPod",
-        Action::TriggerSavepoint { .. } => "TriggerSavepoint",
+        Action::PrepareVersion { .. } => "PrepareVersion",
+        Action::RetireVersion { .. } => "RetireVersion",
+        Action::Deploy(_) => "Deploy",
+        Action::Remove { .. } => "Remove",
+        Action::AddWorker { .. } => "AddWorker",
+        Action::CheckCompatibility { .. } => "CheckCompatibility",
+        Action::TakeSavepoint { .. } => "TakeSavepoint",
         Action::Start { .. } => "Start",
         Action::Cancel { .. } => "Cancel",
-        Action::DisposeSavepoints { .. } => "DisposeSavepoints",
-    }
-}
-
-fn ignore_conflict<T>(r: std::result::Result<T, kube::Error>) -> Result<()> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn ignore_missing<T>(r: std::result::Result<T, kube::Error>) -> Result<()> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+        Action::Dispose { .. } => "Dispose",
     }
 }
 
 mod act;
 mod cleanup;
-mod observe;
 mod token;
 
-use act::{apply, create_dispose_pod};
+use act::apply;
 use cleanup::cleanup;
-pub use observe::observe_pod;
-use observe::{observe, spec_of_hash};
 use token::{ensure_token, token_secret_invalid};
 mod network;
 
@@ -501,46 +501,5 @@ mod tests {
                 "{data}: {e}"
             );
         }
-    }
-
-    #[test]
-    fn pods_are_observed() {
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "clicks-1", "labels": {"streamjob.io/role": "runtime", "streamjob.io/spec-hash": "h"}},
-            "status": {
-                "phase": "Running", "podIP": "127.0.1.5",
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "containerStatuses": [{
-                    "name": "runtime", "ready": true, "restartCount": 2, "image": "i", "imageID": "",
-                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                    "lastState": {"terminated": {"exitCode": 1, "message": "boom"}}
-                }]
-            }
-        }))
-        .unwrap();
-        let p = observe_pod(&pod).unwrap();
-        assert_eq!(p.role, PodRole::Runtime);
-        assert_eq!(p.spec_hash.as_deref(), Some("h"));
-        assert_eq!(p.phase, PodPhase::Running);
-        assert!(p.ready);
-        assert_eq!(p.restarts, 2);
-        assert!(p.crash_looping());
-        assert_eq!(p.exit_code, None);
-        assert_eq!(p.message.as_deref(), Some("boom"));
-        assert_eq!(p.ip.as_deref(), Some("127.0.1.5"));
-
-        let plan: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "clicks-plan-1", "labels": {"streamjob.io/role": "plan"}},
-            "status": {"phase": "Failed", "containerStatuses": [{
-                "name": "runtime", "ready": false, "restartCount": 0, "image": "i", "imageID": "",
-                "state": {"terminated": {"exitCode": 3, "message": "{\"operators\":[]}"}}
-            }]}
-        }))
-        .unwrap();
-        let p = observe_pod(&plan).unwrap();
-        assert_eq!((p.phase, p.exit_code), (PodPhase::Failed, Some(3)));
-        let unlabelled: Pod =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap();
-        assert!(observe_pod(&unlabelled).is_none());
     }
 }

@@ -8,12 +8,12 @@ use crate::network_policy::{OperatorPeer, network_policy, network_policy_name};
 /// Creates the job's NetworkPolicy unless this process already saw it. A policy someone edited
 /// is left alone (the operator never overwrites it); a deleted one comes back after an operator
 /// restart.
-pub(super) async fn ensure_network_policy<C: ControlApi>(
-    ctx: &Context<C>,
+pub(super) async fn ensure_network_policy<E: Engine>(
+    ctx: &Context<E>,
     owner: &Owner,
     peer: &OperatorPeer,
 ) -> Result<()> {
-    let known = |ctx: &Context<C>| {
+    let known = |ctx: &Context<E>| {
         ctx.policies
             .lock()
             .map(|p| p.contains(&owner.uid))

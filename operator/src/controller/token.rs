@@ -21,9 +21,9 @@ pub(super) fn token_in(secret: &Secret, name: &str) -> Result<String> {
 
 /// The job's token Secret is unusable: nothing is created or contacted without a token; the
 /// StreamJob says why (`Ready`/`Stalled` conditions, a Warning Event) until someone fixes it.
-pub(super) async fn token_secret_invalid<C: ControlApi>(
+pub(super) async fn token_secret_invalid<E: Engine>(
     job: &StreamJob,
-    ctx: &Context<C>,
+    ctx: &Context<E>,
     jobs: &Api<StreamJob>,
     why: &str,
 ) -> Result<Requeue> {
@@ -55,7 +55,7 @@ pub(super) async fn token_secret_invalid<C: ControlApi>(
 }
 
 /// The job's control token: read from its Secret, created with a random token if missing.
-pub(super) async fn ensure_token<C: ControlApi>(ctx: &Context<C>, owner: &Owner) -> Result<String> {
+pub(super) async fn ensure_token<E: Engine>(ctx: &Context<E>, owner: &Owner) -> Result<String> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let name = decide::token_secret_name(&owner.name);
     if let Some(s) = secrets.get_opt(&name).await? {

@@ -3,75 +3,73 @@
 
 use super::*;
 
-/// A runtime pod to create.
+/// One run of the job to deploy: a version (`hash`, `spec`) started from a savepoint, from its
+/// own checkpoints, or empty. For our runtime this is a coordinator pod; for another engine,
+/// whatever that engine runs a job on.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PodPlan {
+pub struct RunPlan {
     pub name: String,
     pub hash: String,
     pub spec: StreamJobSpec,
-    /// `--from-savepoint`.
+    /// The savepoint to restore (runtime: `--from-savepoint`).
     pub from_savepoint: Option<String>,
-    /// `--standby`: load the job graph and wait for `POST /v1/start` (shadow upgrades).
+    /// Load the job and wait for [`Action::Start`] (a warm standby, shadow upgrades).
     pub standby: bool,
-    /// Start empty even if checkpoints exist (a stateless upgrade): `--fresh`.
+    /// Start empty even if checkpoints exist (a stateless upgrade).
     pub fresh: bool,
-    /// The run's epoch (`--epoch`): assigned by [`decide`] from `status.epoch`, which is written
-    /// before the pod exists, so every run fences all older ones (see the runtime's `fence`).
+    /// The run's epoch: assigned by [`decide`] from `status.epoch`, which is written before the
+    /// run exists, so every run fences all older ones (see the runtime's `fence`).
     pub epoch: u64,
 }
 
-/// What the controller must do, in order.
+/// What the controller must do, in order. Engine-neutral: the decision never names a pod,
+/// a port or an endpoint; the job's engine adapter (`crate::engine`) turns each action into
+/// Kubernetes objects and control calls.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// The manifest ConfigMap for `hash` and the job's token Secret exist.
-    EnsureConfig {
+    /// What every run of version `hash` needs exists (runtime: the manifest ConfigMap and the
+    /// job's control token Secret).
+    PrepareVersion {
         hash: String,
         spec: Box<StreamJobSpec>,
     },
-    DeleteConfig {
-        hash: String,
-    },
-    CreatePod(Box<PodPlan>),
-    /// A runtime, plan or worker pod to delete.
-    DeletePod {
-        name: String,
-    },
-    /// Worker `index` of the coordinator pod `coordinator` (`spec.workers`), made from the
-    /// coordinator's own spec (an older one while a Shadow upgrade keeps the old version warm).
-    CreateWorker {
-        coordinator: String,
-        index: u32,
-    },
-    /// Short-lived pod of the new image running `streamjob-runtime plan`.
-    CreatePlanPod {
+    /// Version `hash` is no longer deployed, kept for rollback or checked: forget its artefacts.
+    RetireVersion { hash: String },
+    /// Deploy a run (see [`RunPlan`]).
+    Deploy(Box<RunPlan>),
+    /// Remove a run, a worker, a compatibility check or a disposal by name.
+    Remove { name: String },
+    /// Worker `index` of run `run` (`spec.workers`), made from the run's own spec (an older one
+    /// while a Shadow upgrade keeps the old version warm).
+    AddWorker { run: String, index: u32 },
+    /// Check, with the new version's own code and before the running job is touched, that it
+    /// can restore savepoint `from` (runtime: a short-lived `streamjob-runtime plan` pod).
+    CheckCompatibility {
         name: String,
         hash: String,
         spec: Box<StreamJobSpec>,
         from: String,
     },
-    /// `POST /v1/savepoints`; the controller writes the request id into
-    /// `status.pendingSavepoint.requestId`.
-    TriggerSavepoint {
-        pod: String,
+    /// Take a savepoint of run `run` into `dir`; `stop`: stop with it, nothing emitted after
+    /// it; `standby`: after a stop, stay loaded for an instant rollback. The controller writes
+    /// the engine's request id into `status.pendingSavepoint.requestId`.
+    TakeSavepoint {
+        run: String,
         dir: String,
         stop: bool,
         standby: bool,
     },
-    /// `POST /v1/start` on a standby pod; `epoch` as in [`PodPlan::epoch`].
+    /// Start a standby run, from a savepoint or empty; `epoch` as in [`RunPlan::epoch`].
     Start {
-        pod: String,
+        run: String,
         from_savepoint: Option<String>,
         epoch: u64,
     },
-    /// `POST /v1/cancel` (best effort) on a runtime pod about to be deleted whose version must
-    /// not commit anything more: no final checkpoint on its SIGTERM.
-    Cancel {
-        pod: String,
-    },
-    /// Delete savepoints from storage (a short-lived pod of the job's image).
-    DisposeSavepoints {
-        paths: Vec<String>,
-    },
+    /// Best effort, before a run is removed whose version must not commit anything more: no
+    /// final checkpoint on its way out.
+    Cancel { run: String },
+    /// Delete savepoints from storage.
+    Dispose { paths: Vec<String> },
 }
 
 /// An event to record on the StreamJob.

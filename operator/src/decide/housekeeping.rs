@@ -11,10 +11,11 @@ impl Ctx<'_> {
         use crate::workers::WorkerAction;
         for w in crate::workers::plan_workers(&self.obs.coordinators, &self.obs.workers) {
             self.actions.push(match w {
-                WorkerAction::Create { coordinator, index } => {
-                    Action::CreateWorker { coordinator, index }
-                }
-                WorkerAction::Delete { name } => Action::DeletePod { name },
+                WorkerAction::Create { coordinator, index } => Action::AddWorker {
+                    run: coordinator,
+                    index,
+                },
+                WorkerAction::Delete { name } => Action::Remove { name },
             });
         }
     }
@@ -64,8 +65,7 @@ impl Ctx<'_> {
                     dispose.join(", ")
                 ),
             );
-            self.actions
-                .push(Action::DisposeSavepoints { paths: dispose });
+            self.actions.push(Action::Dispose { paths: dispose });
         }
     }
 
@@ -89,7 +89,7 @@ impl Ctx<'_> {
             }
         }
         for a in &self.actions {
-            if let Action::CreatePod(p) = a {
+            if let Action::Deploy(p) = a {
                 keep_pods.insert(p.name.clone());
             }
         }
@@ -139,7 +139,7 @@ impl Ctx<'_> {
             keep_hashes.extend(u.from.clone());
         }
         for a in &self.actions {
-            if let Action::EnsureConfig { hash, .. } = a {
+            if let Action::PrepareVersion { hash, .. } = a {
                 keep_hashes.insert(hash.clone());
             }
         }
@@ -151,7 +151,7 @@ impl Ctx<'_> {
             .cloned()
             .collect();
         for hash in stale {
-            self.actions.push(Action::DeleteConfig { hash });
+            self.actions.push(Action::RetireVersion { hash });
         }
     }
 }

@@ -73,6 +73,11 @@ struct Ctx<'a> {
     obs: &'a Observed,
     old: &'a StreamJobStatus,
     st: StreamJobStatus,
+    /// `st.upgrade.targetSpec`, read once (kept in step with the record by `begin` and
+    /// `move_to_idle`).
+    target: Option<StreamJobSpec>,
+    /// `st.lastStableSpecHash` and `st.lastStableSpec`, read once (written by `set_last_stable`).
+    last_stable: Option<(String, StreamJobSpec)>,
     now: String,
     actions: Vec<Action>,
     events: Vec<Note>,
@@ -120,6 +125,14 @@ pub fn decide(
         obs: observed,
         old: status,
         st: status.clone(),
+        target: status
+            .upgrade
+            .as_ref()
+            .and_then(|u| spec_from_json(u.target_spec.as_deref())),
+        last_stable: status
+            .last_stable_spec_hash
+            .clone()
+            .and_then(|h| Some((h, spec_from_json(status.last_stable_spec.as_deref())?))),
         now: rfc3339(observed.now),
         actions: Vec::new(),
         events: Vec::new(),
@@ -192,6 +205,7 @@ impl Ctx<'_> {
     fn move_to_idle(&mut self) {
         if self.allowed(None) {
             self.st.upgrade = None;
+            self.target = None;
             self.moved = Some(None);
         }
     }
@@ -200,6 +214,7 @@ impl Ctx<'_> {
     fn begin(&mut self, record: UpgradeStatus) {
         match record.step.parse::<Stage>() {
             Ok(stage) if self.allowed(Some(stage)) => {
+                self.target = spec_from_json(record.target_spec.as_deref());
                 self.st.upgrade = Some(record);
                 self.moved = Some(Some(stage));
             }
@@ -243,18 +258,20 @@ impl Ctx<'_> {
             .unwrap_or_default()
     }
 
+    /// The spec the transition in flight moves to.
     fn upgrade_spec(&self) -> Option<StreamJobSpec> {
-        self.st
-            .upgrade
-            .as_ref()
-            .and_then(|u| u.target_spec.as_deref())
-            .and_then(|s| serde_json::from_str(s).ok())
+        self.target.clone()
     }
 
+    /// The last spec that completed a checkpoint of its own (what a rollback returns to).
     fn last_stable(&self) -> Option<(String, StreamJobSpec)> {
-        let hash = self.st.last_stable_spec_hash.clone()?;
-        let spec = serde_json::from_str(self.st.last_stable_spec.as_deref()?).ok()?;
-        Some((hash, spec))
+        self.last_stable.clone()
+    }
+
+    fn set_last_stable(&mut self, hash: &str, spec: &StreamJobSpec) {
+        self.st.last_stable_spec_hash = Some(hash.to_string());
+        self.st.last_stable_spec = serde_json::to_string(spec).ok();
+        self.last_stable = Some((hash.to_string(), spec.clone()));
     }
 
     fn readiness_timeout(spec: &StreamJobSpec) -> Duration {
@@ -288,7 +305,7 @@ impl Ctx<'_> {
     }
 
     fn ensure_config(&mut self, hash: &str, spec: &StreamJobSpec) {
-        let a = Action::EnsureConfig {
+        let a = Action::PrepareVersion {
             hash: hash.to_string(),
             spec: Box::new(spec.clone()),
         };
@@ -302,7 +319,7 @@ impl Ctx<'_> {
     /// best effort; fencing by epoch holds without it.
     fn cancel_and_delete(&mut self, name: &str) {
         let a = Action::Cancel {
-            pod: name.to_string(),
+            run: name.to_string(),
         };
         if self.actions.contains(&a) {
             return;
@@ -311,7 +328,7 @@ impl Ctx<'_> {
         let at = self
             .actions
             .iter()
-            .position(|b| matches!(b, Action::DeletePod { name: n } if n == name))
+            .position(|b| matches!(b, Action::Remove { name: n } if n == name))
             .unwrap_or(self.actions.len());
         self.actions.insert(at, a);
         self.delete_pod(name);
@@ -324,7 +341,7 @@ impl Ctx<'_> {
         let mut exhausted = false;
         for a in &mut self.actions {
             let slot = match a {
-                Action::CreatePod(p) => &mut p.epoch,
+                Action::Deploy(p) => &mut p.epoch,
                 Action::Start { epoch: e, .. } => e,
                 _ => continue,
             };
@@ -340,7 +357,7 @@ impl Ctx<'_> {
         }
         if exhausted {
             self.actions
-                .retain(|a| !matches!(a, Action::CreatePod(_) | Action::Start { .. }));
+                .retain(|a| !matches!(a, Action::Deploy(_) | Action::Start { .. }));
             self.degraded = Some((
                 "EpochExhausted".into(),
                 "status.epoch is at its maximum, so no run can be fenced from older ones: nothing is started (was status edited?)".into(),
@@ -352,7 +369,7 @@ impl Ctx<'_> {
     }
 
     fn delete_pod(&mut self, name: &str) {
-        let a = Action::DeletePod {
+        let a = Action::Remove {
             name: name.to_string(),
         };
         if !self.actions.contains(&a) {
@@ -364,7 +381,7 @@ impl Ctx<'_> {
     fn deploy(&mut self, hash: &str, spec: &StreamJobSpec, from: Option<String>, nonce: &str) {
         let name = pod_name(self.job, hash, nonce);
         self.ensure_config(hash, spec);
-        self.actions.push(Action::CreatePod(Box::new(PodPlan {
+        self.actions.push(Action::Deploy(Box::new(RunPlan {
             name: name.clone(),
             hash: hash.to_string(),
             spec: spec.clone(),
@@ -410,7 +427,7 @@ impl Ctx<'_> {
             d.started_at = Some(self.now.clone());
         }
         self.actions.push(Action::Start {
-            pod,
+            run: pod,
             from_savepoint: from,
             epoch: 0,
         });
@@ -462,7 +479,8 @@ impl Ctx<'_> {
         };
         // Recorded but never sent (the operator stopped between writing the status and the
         // request): the job still runs normally after a grace period, so ask again.
-        let age = parse_time(Some(&p.started_at))
+        let started = parse_time(Some(&p.started_at));
+        let age = started
             .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
             .unwrap_or_default();
         if p.request_id.is_empty()
@@ -475,7 +493,7 @@ impl Ctx<'_> {
                         && j.last_savepoint
                             .as_ref()
                             .and_then(|s| parse_time(s.completed_at.as_deref()))
-                            .is_none_or(|t| Some(t) < parse_time(Some(&p.started_at)))
+                            .is_none_or(|t| Some(t) < started)
                 })
         {
             self.st.pending_savepoint = None;
@@ -503,7 +521,7 @@ impl Ctx<'_> {
                     let js = self.obs.job(&a)?;
                     let sp = js.last_savepoint.as_ref()?;
                     let done = parse_time(sp.completed_at.as_deref())?;
-                    (done >= parse_time(Some(&p.started_at))?).then(|| sp.path.clone())
+                    (done >= started?).then(|| sp.path.clone())
                 });
                 from_exit.or(from_status).map(Ok)
             }
@@ -525,9 +543,6 @@ impl Ctx<'_> {
                 SpPoll::Failed(error)
             }
             None => {
-                let age = parse_time(Some(&p.started_at))
-                    .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
-                    .unwrap_or_default();
                 let exited = p.stop
                     && self
                         .active()
@@ -570,8 +585,8 @@ impl Ctx<'_> {
             .upgrade_spec()
             .unwrap_or_else(|| self.spec.clone())
             .savepoint_dir();
-        self.actions.push(Action::TriggerSavepoint {
-            pod: pod.to_string(),
+        self.actions.push(Action::TakeSavepoint {
+            run: pod.to_string(),
             dir,
             stop,
             standby,
@@ -625,6 +640,11 @@ impl Ctx<'_> {
             },
         }
     }
+}
+
+/// A spec as status records it (JSON); unreadable reads as none.
+fn spec_from_json(json: Option<&str>) -> Option<StreamJobSpec> {
+    serde_json::from_str(json?).ok()
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ impl Ctx<'_> {
             None => {
                 // Recreate it: same name, same state (WAL in status.deployment).
                 self.ensure_config(&up.to, &target);
-                self.actions.push(Action::CreatePod(Box::new(PodPlan {
+                self.actions.push(Action::Deploy(Box::new(RunPlan {
                     name: watched.clone(),
                     hash: up.to.clone(),
                     spec: target.clone(),
@@ -141,8 +141,7 @@ impl Ctx<'_> {
                         started_at: up.step_started_at.clone(),
                     });
                 }
-                self.st.last_stable_spec_hash = Some(up.to.clone());
-                self.st.last_stable_spec = serde_json::to_string(target).ok();
+                self.set_last_stable(&up.to, target);
                 self.move_to_idle();
                 self.st.phase = Some(Phase::Running);
                 let reason = if s.kind == Resume {

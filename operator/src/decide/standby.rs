@@ -15,7 +15,7 @@ impl Ctx<'_> {
         match self.obs.pod(&name) {
             None => {
                 self.ensure_config(&up.to, &target);
-                self.actions.push(Action::CreatePod(Box::new(PodPlan {
+                self.actions.push(Action::Deploy(Box::new(RunPlan {
                     name,
                     hash: up.to.clone(),
                     spec: target,

@@ -33,7 +33,7 @@ impl Ctx<'_> {
                     };
                     let spec = self.deployed_spec().unwrap_or_else(|| self.spec.clone());
                     self.ensure_config(&dep.spec_hash, &spec);
-                    self.actions.push(Action::CreatePod(Box::new(PodPlan {
+                    self.actions.push(Action::Deploy(Box::new(RunPlan {
                         name: active.clone(),
                         hash: dep.spec_hash.clone(),
                         spec,
@@ -164,8 +164,7 @@ impl Ctx<'_> {
                 && self.st.last_stable_spec_hash.as_deref() != Some(dep.spec_hash.as_str())
                 && self.spec_hash.as_deref() == Some(dep.spec_hash.as_str())
             {
-                self.st.last_stable_spec_hash = Some(dep.spec_hash.clone());
-                self.st.last_stable_spec = serde_json::to_string(self.spec).ok();
+                self.set_last_stable(&dep.spec_hash, self.spec);
                 self.note(
                     false,
                     "Stable",
@@ -357,8 +356,7 @@ impl Ctx<'_> {
                 d.spec_hash = hash.to_string();
             }
             if self.st.last_stable_spec_hash.as_deref() == Some(dep.spec_hash.as_str()) {
-                self.st.last_stable_spec_hash = Some(hash.to_string());
-                self.st.last_stable_spec = serde_json::to_string(self.spec).ok();
+                self.set_last_stable(hash, self.spec);
             }
             self.move_to_idle();
             self.note(
@@ -436,7 +434,7 @@ impl Ctx<'_> {
 
     pub(super) fn create_plan(&mut self, hash: &str, spec: &StreamJobSpec, from: &str) {
         if let Some(name) = self.plan_name() {
-            self.actions.push(Action::CreatePlanPod {
+            self.actions.push(Action::CheckCompatibility {
                 name,
                 hash: hash.to_string(),
                 spec: Box::new(spec.clone()),

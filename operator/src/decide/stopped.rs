@@ -24,7 +24,7 @@ impl Ctx<'_> {
                 .is_some_and(|j| matches!(j.state, RunState::Standby | RunState::Created));
             if alive.is_some() && waiting {
                 self.actions.push(Action::Start {
-                    pod: standby.clone(),
+                    run: standby.clone(),
                     from_savepoint: up.savepoint.clone(),
                     epoch: 0,
                 });
@@ -37,7 +37,7 @@ impl Ctx<'_> {
                     return;
                 }
                 self.ensure_config(&up.to, &target);
-                self.actions.push(Action::CreatePod(Box::new(PodPlan {
+                self.actions.push(Action::Deploy(Box::new(RunPlan {
                     name: standby.clone(),
                     hash: up.to.clone(),
                     spec: target,

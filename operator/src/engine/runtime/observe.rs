@@ -1,11 +1,25 @@
 //! Observe: the pods of a job, their runtimes' control API and the savepoint in flight, as the
 //! decision sees them.
 
-use super::*;
+use chrono::Utc;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, ListParams, LogParams};
+use kube::{Client, ResourceExt};
+use streamjob_crds::v1alpha1::{StreamJob, StreamJobSpec};
+
+use super::RuntimeEngine;
+use crate::control::{ControlApi, Endpoint, SavepointState};
+use crate::decide::{
+    self, LABEL_HASH, LABEL_ROLE, Observed, PodObs, PodPhase, PodRole, RuntimeObs,
+};
+use crate::engine::JobScope;
+use crate::resources::{self, Owner};
+use crate::workers;
+use crate::{Error, Result};
 
 /// The most the operator reads of a pod's log (a plan report, a savepoint path): one tenant's
 /// pod must not make the operator that serves every namespace hold its whole log.
-pub(super) const LOG_LIMIT_BYTES: i64 = 64 << 10;
+const LOG_LIMIT_BYTES: i64 = 64 << 10;
 
 /// A pod as the decision sees it.
 pub fn observe_pod(pod: &Pod) -> Option<PodObs> {
@@ -64,13 +78,17 @@ pub fn observe_pod(pod: &Pod) -> Option<PodObs> {
 }
 
 pub(super) async fn observe<C: ControlApi>(
-    job: &StreamJob,
-    ctx: &Context<C>,
-    owner: &Owner,
-    token: &str,
+    engine: &RuntimeEngine<C>,
+    scope: &JobScope<'_>,
 ) -> Result<Observed> {
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+    let JobScope {
+        client,
+        job,
+        owner,
+        token,
+    } = *scope;
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &owner.namespace);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &owner.namespace);
     let lp = ListParams::default().labels(&resources::selector(&owner.name));
     let pod_list = pods_api.list(&lp).await?;
     let mut obs = Observed::new(Utc::now());
@@ -82,14 +100,7 @@ pub(super) async fn observe<C: ControlApi>(
                 && matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed)
                 && p.message.is_none()
             {
-                let params = LogParams {
-                    tail_lines: Some(50),
-                    limit_bytes: Some(LOG_LIMIT_BYTES),
-                    ..Default::default()
-                };
-                if let Ok(log) = pods_api.logs(&p.name, &params).await {
-                    p.message = Some(log);
-                }
+                p.message = log_tail(&pods_api, &p.name).await;
             }
             obs.pods.push(p);
         }
@@ -109,14 +120,7 @@ pub(super) async fn observe<C: ControlApi>(
             .iter_mut()
             .find(|p| p.name == active && p.phase == PodPhase::Succeeded && p.message.is_none())
     {
-        let params = LogParams {
-            tail_lines: Some(50),
-            limit_bytes: Some(LOG_LIMIT_BYTES),
-            ..Default::default()
-        };
-        if let Ok(log) = pods_api.logs(&p.name, &params).await {
-            p.message = Some(log);
-        }
+        p.message = log_tail(&pods_api, &p.name).await;
     }
     obs.config_hashes = cms
         .list(&lp)
@@ -126,8 +130,8 @@ pub(super) async fn observe<C: ControlApi>(
         .filter_map(|c| c.metadata.labels.as_ref()?.get(LABEL_HASH).cloned())
         .collect();
     // Control API of the runtime pods, concurrently.
-    let port = ctx.settings.control_port;
-    let timeout = ctx.settings.control_timeout;
+    let port = engine.control_port;
+    let timeout = engine.control_timeout;
     let targets: Vec<(String, String)> = obs
         .pods
         .iter()
@@ -136,7 +140,7 @@ pub(super) async fn observe<C: ControlApi>(
         .collect();
     let calls = targets.into_iter().map(|(name, ip)| async move {
         let ep = Endpoint::new(&ip, port, token);
-        let r = match tokio::time::timeout(timeout, ctx.control.status(&ep)).await {
+        let r = match tokio::time::timeout(timeout, engine.control.status(&ep)).await {
             Ok(Ok(s)) => RuntimeObs::Status(Box::new(s)),
             Ok(Err(e)) => RuntimeObs::Unreachable(e.to_string()),
             Err(_) => RuntimeObs::Unreachable(format!("no answer within {timeout:?}")),
@@ -153,7 +157,7 @@ pub(super) async fn observe<C: ControlApi>(
         && let Some(ip) = obs.pod(&active).and_then(|p| p.ip.clone())
     {
         let ep = Endpoint::new(&ip, port, token);
-        match tokio::time::timeout(timeout, ctx.control.savepoint(&ep, &p.request_id)).await {
+        match tokio::time::timeout(timeout, engine.control.savepoint(&ep, &p.request_id)).await {
             Ok(Ok(s)) => obs.savepoint = Some(s),
             Ok(Err(e)) => tracing::debug!(error = %e, "cannot poll savepoint"),
             Err(_) => tracing::debug!("savepoint poll timed out"),
@@ -165,13 +169,24 @@ pub(super) async fn observe<C: ControlApi>(
     Ok(obs)
 }
 
+/// The end of a finished pod's log, where a runtime prints its result when the kubelet keeps no
+/// termination message; `None` if it cannot be read.
+async fn log_tail(pods: &Api<Pod>, name: &str) -> Option<String> {
+    let params = LogParams {
+        tail_lines: Some(50),
+        limit_bytes: Some(LOG_LIMIT_BYTES),
+        ..Default::default()
+    };
+    pods.logs(name, &params).await.ok()
+}
+
 /// The spec a deployed hash was created from (its manifest ConfigMap).
-pub(super) async fn spec_of_hash<C: ControlApi>(
-    ctx: &Context<C>,
+pub(super) async fn spec_of_hash(
+    client: &Client,
     owner: &Owner,
     hash: &str,
-) -> Result<streamjob_crds::v1alpha1::StreamJobSpec> {
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &owner.namespace);
+) -> Result<StreamJobSpec> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &owner.namespace);
     let cm = cms.get(&decide::config_name(&owner.name, hash)).await?;
     let text = cm
         .data
@@ -187,4 +202,51 @@ pub(super) async fn spec_of_hash<C: ControlApi>(
     StreamJob::from_yaml(text)
         .map(|j| j.spec)
         .map_err(|e| Error::Object(format!("manifest of deployment {hash}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn pods_are_observed() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "clicks-1", "labels": {"streamjob.io/role": "runtime", "streamjob.io/spec-hash": "h"}},
+            "status": {
+                "phase": "Running", "podIP": "127.0.1.5",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{
+                    "name": "runtime", "ready": true, "restartCount": 2, "image": "i", "imageID": "",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"exitCode": 1, "message": "boom"}}
+                }]
+            }
+        }))
+        .unwrap();
+        let p = observe_pod(&pod).unwrap();
+        assert_eq!(p.role, PodRole::Runtime);
+        assert_eq!(p.spec_hash.as_deref(), Some("h"));
+        assert_eq!(p.phase, PodPhase::Running);
+        assert!(p.ready);
+        assert_eq!(p.restarts, 2);
+        assert!(p.crash_looping());
+        assert_eq!(p.exit_code, None);
+        assert_eq!(p.message.as_deref(), Some("boom"));
+        assert_eq!(p.ip.as_deref(), Some("127.0.1.5"));
+
+        let plan: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "clicks-plan-1", "labels": {"streamjob.io/role": "plan"}},
+            "status": {"phase": "Failed", "containerStatuses": [{
+                "name": "runtime", "ready": false, "restartCount": 0, "image": "i", "imageID": "",
+                "state": {"terminated": {"exitCode": 3, "message": "{\"operators\":[]}"}}
+            }]}
+        }))
+        .unwrap();
+        let p = observe_pod(&plan).unwrap();
+        assert_eq!((p.phase, p.exit_code), (PodPhase::Failed, Some(3)));
+        let unlabelled: Pod =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap();
+        assert!(observe_pod(&unlabelled).is_none());
+    }
 }

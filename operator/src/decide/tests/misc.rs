@@ -1,0 +1,248 @@
+//! Classification, plan results, names, reporting, the run-time guard, the docs diagram, workers.
+
+use super::*;
+
+#[test]
+fn classification() {
+    let base = base_spec();
+    assert_eq!(classify(Some(&base), &base), Change::None);
+    assert_eq!(classify(Some(&base), &shadow(base.clone())), Change::Policy);
+    let mut r = base.clone();
+    r.parallelism = 8;
+    assert_eq!(classify(Some(&base), &r), Change::Rescale);
+    assert_eq!(classify(Some(&base), &img2()), Change::Image);
+    let mut p = base.clone();
+    p.pipeline[0].uid = "gen2".into();
+    assert_eq!(classify(Some(&base), &p), Change::Pipeline);
+    let mut c = base.clone();
+    c.checkpoints.interval = "10s".into();
+    assert_eq!(classify(Some(&base), &c), Change::Config);
+    assert_eq!(classify(None, &c), Change::Config);
+    // Operator-only fields do not change the hash at all.
+    let mut n = base.clone();
+    n.savepoints.as_mut().unwrap().trigger_nonce = 9;
+    assert_eq!(hash(&n), hash(&base));
+}
+
+#[test]
+fn plan_results() {
+    let mut p = PodObs::new("p", PodRole::Plan, PodPhase::Running);
+    assert_eq!(plan_result(&p), PlanResult::Running);
+    p.phase = PodPhase::Succeeded;
+    assert_eq!(plan_result(&p), PlanResult::Compatible);
+    p.phase = PodPhase::Failed;
+    p.exit_code = Some(3);
+    p.message = Some(r#"{"compatible":false,"operators":[{"uid":"a","status":"incompatible","reason":"gone"},{"uid":"b","status":"restored"}]}"#.into());
+    assert_eq!(
+        plan_result(&p),
+        PlanResult::Incompatible("uid a: incompatible (gone)".into())
+    );
+    p.message = None;
+    assert!(
+        matches!(plan_result(&p), PlanResult::Incompatible(m) if m.contains("could not be read"))
+    );
+    p.exit_code = Some(137);
+    assert!(matches!(plan_result(&p), PlanResult::Transient(m) if m.contains("exited 137")));
+    p.exit_code = Some(2);
+    assert!(matches!(plan_result(&p), PlanResult::Error(m) if m.contains("exited 2")));
+    p.exit_code = None;
+    assert!(matches!(plan_result(&p), PlanResult::Error(_)));
+}
+
+#[test]
+fn names_are_valid_kubernetes_names() {
+    let long = "a".repeat(200);
+    for n in [
+        pod_name(&long, "h", "n"),
+        plan_pod_name(&long, "h", "n"),
+        dispose_pod_name(&long, &["x".into()]),
+    ] {
+        assert!(n.len() <= 63, "{n}");
+        assert!(
+            n.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+    }
+    assert!(job_label(&long).len() <= 63);
+    assert_eq!(job_label("short"), "short");
+    assert_ne!(pod_name(JOB, "h", "1"), pod_name(JOB, "h", "2"));
+    assert_eq!(
+        savepoint_from_message("x\n{\"savepoint\":\"s3://p\"}"),
+        Some("s3://p".into())
+    );
+    assert_eq!(savepoint_from_message("nothing"), None);
+    assert_eq!(
+        savepoint_from_message("job stopping\nsavepoint: /data/sp/savepoint-10-2026\n"),
+        Some("/data/sp/savepoint-10-2026".into())
+    );
+}
+
+#[test]
+fn suspended_jobs_are_looked_at_rarely() {
+    let mut susp = with_upgrade(running(), "Suspend/Suspended", &base_spec(), Some("sp"));
+    susp.deployment = None;
+    let d = run(&suspended(base_spec()), &susp, &Observed::new(t(200)));
+    assert_eq!(d.requeue_after, IDLE);
+    let d = run(&base_spec(), &running(), &world(100));
+    assert_eq!(d.requeue_after, SLOW);
+}
+
+#[test]
+fn source_problems_degrade_the_job_with_a_bounded_message_and_lag_is_reported() {
+    let mut o = world(100);
+    let mut j = js(RunState::Running, Some("s3://b/ck/clicks/6"));
+    j.records_in_per_second = 1234.56;
+    j.consumer_lag = Some(42);
+    j.problems = vec![crate::control::SourceProblem {
+        uid: "clicks".into(),
+        message: format!(
+            "kafka: cannot read metadata from b:9092: BrokerTransportFailure{}",
+            "x".repeat(5000)
+        ),
+    }];
+    set_job(&mut o, OLD, j);
+    let d = run(&base_spec(), &running(), &o);
+    let c = cond(&d, "Degraded");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "SourceProblem")
+    );
+    assert!(
+        c.message
+            .starts_with("source clicks: kafka: cannot read metadata")
+    );
+    assert!(
+        c.message.len() <= MAX_PROBLEM_MESSAGE + 4,
+        "{}",
+        c.message.len()
+    );
+    let t = d.status.throughput.as_ref().unwrap();
+    assert_eq!(
+        (t.records_in_per_second, t.consumer_lag),
+        (1234.6, Some(42))
+    );
+    // healthy again: the condition clears
+    let d = run(&base_spec(), &d.status, &world(110));
+    assert_eq!(cond(&d, "Degraded").status, "False");
+}
+
+/// An undeclared move (here InPlace/Savepointing straight to InPlace/Restoring, skipping the
+/// stop that records the savepoint) is refused in every build: no action, status unchanged but
+/// for the Degraded condition, and a Warning Event.
+#[test]
+fn an_undeclared_transition_is_refused_at_run_time() {
+    let target = with_image("v2");
+    let old = with_upgrade(
+        StreamJobStatus::default(),
+        "InPlace/Savepointing",
+        &target,
+        None,
+    );
+    let mut wrong = old.clone();
+    if let Some(u) = wrong.upgrade.as_mut() {
+        u.step = "InPlace/Restoring".into();
+    }
+    let observed = Observed::new(chrono::DateTime::from_timestamp(1_000, 0).unwrap());
+    let bad = Decision {
+        actions: vec![Action::Remove { name: "p".into() }],
+        status: wrong,
+        events: Vec::new(),
+        requeue_after: Duration::from_secs(1),
+        outcome: None,
+        savepoints_completed: Vec::new(),
+    };
+    let d = guard_transition(&old, bad, &observed);
+    assert!(d.actions.is_empty(), "{:?}", d.actions);
+    assert_eq!(stage_of(&d).as_deref(), Some("InPlace/Savepointing"));
+    let c = d
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .expect("Degraded condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "IllegalTransition")
+    );
+    assert!(
+        c.message
+            .contains("InPlace/Savepointing -> InPlace/Restoring"),
+        "{}",
+        c.message
+    );
+    assert_eq!(d.events[0].reason, "IllegalTransition");
+    // a declared move goes through untouched
+    let mut right = old.clone();
+    if let Some(u) = right.upgrade.as_mut() {
+        u.step = "InPlace/Stopped".into();
+    }
+    let ok = Decision {
+        actions: Vec::new(),
+        status: right.clone(),
+        events: Vec::new(),
+        requeue_after: Duration::from_secs(1),
+        outcome: None,
+        savepoints_completed: Vec::new(),
+    };
+    assert_eq!(guard_transition(&old, ok, &observed).status, right);
+}
+
+/// docs/upgrades.md carries the declared machine verbatim, so code and docs cannot drift.
+/// `STREAMJOB_BLESS=1 cargo test … docs_show_the_declared_machine` rewrites the block.
+#[test]
+fn docs_show_the_declared_machine() {
+    const BEGIN: &str = "<!-- BEGIN generated from operator/src/decide/machine.rs -->\n";
+    const END: &str = "<!-- END generated -->";
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/upgrades.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let (Some(a), Some(b)) = (doc.find(BEGIN), doc.find(END)) else {
+        panic!("{} lacks the {BEGIN:?} … {END:?} markers", path.display());
+    };
+    let want = mermaid();
+    let have = &doc[a + BEGIN.len()..b];
+    if have != want {
+        if std::env::var("STREAMJOB_BLESS").is_ok() {
+            let new = format!("{}{BEGIN}{want}{}", &doc[..a], &doc[b..]);
+            std::fs::write(&path, new).unwrap();
+            return;
+        }
+        panic!(
+            "docs/upgrades.md shows another state machine than TRANSITIONS; run with STREAMJOB_BLESS=1 to rewrite it. Expected:\n{want}"
+        );
+    }
+}
+
+/// Worker pods are actions of the same decision: a live coordinator gets its missing workers,
+/// a worker of a replaced coordinator is deleted, next to whatever the upgrade does.
+#[test]
+fn workers_follow_their_coordinators_in_the_decision() {
+    use crate::workers::{CoordinatorObs, WorkerObs};
+    let mut o = world(110);
+    o.coordinators = vec![CoordinatorObs {
+        name: OLD.into(),
+        uid: "u-old".into(),
+        hash: "h".into(),
+        ip: Some("10.0.0.1".into()),
+        workers: 2,
+        live: true,
+    }];
+    o.workers = vec![
+        WorkerObs {
+            name: format!("{OLD}-w0"),
+            coordinator: OLD.into(),
+            coordinator_uid: "u-old".into(),
+            terminating: false,
+        },
+        WorkerObs {
+            name: "gone-w0".into(),
+            coordinator: "gone".into(),
+            coordinator_uid: "u-gone".into(),
+            terminating: false,
+        },
+    ];
+    let d = run(&base_spec(), &running(), &o);
+    let t = tags(&d);
+    assert!(t.contains(&format!("AddWorker:{OLD}:1")), "{t:?}");
+    assert!(!t.contains(&format!("AddWorker:{OLD}:0")), "{t:?}");
+    assert!(t.contains(&"Remove:gone-w0".to_string()), "{t:?}");
+}
