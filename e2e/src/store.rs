@@ -113,8 +113,8 @@ pub struct MultipartUploadInfo {
     pub initiated: String,
 }
 
-pub use streamjob_filesink::sigv4::uri_encode;
-use streamjob_filesink::sigv4::{self, xml_elements, xml_unescape};
+use streamjob_filesink::s3_api;
+pub use streamjob_filesink::s3_api::uri_encode;
 
 impl S3Endpoint {
     /// A SigV4-signed request without body (path-style). `path` is the already URI-encoded
@@ -126,14 +126,14 @@ impl S3Endpoint {
         path: &str,
         query: &[(&str, &str)],
     ) -> Result<(reqwest::StatusCode, String)> {
-        let req = sigv4::request(
+        let req = s3_api::request(
             &reqwest::Client::new(),
             method,
             &self.url,
             path,
             query,
             &self.region,
-            &sigv4::Credentials {
+            &s3_api::Credentials {
                 key_id: &self.access_key,
                 secret_key: &self.secret_key,
                 token: None,
@@ -153,51 +153,32 @@ impl S3Endpoint {
         bucket: &str,
         prefix: &str,
     ) -> Result<Vec<MultipartUploadInfo>> {
-        let mut out = Vec::new();
-        let (mut key_marker, mut id_marker) = (String::new(), String::new());
-        loop {
-            let mut query = vec![("uploads", ""), ("prefix", prefix)];
-            if !key_marker.is_empty() {
-                query.push(("key-marker", &key_marker));
-                query.push(("upload-id-marker", &id_marker));
+        let path = format!("/{}", uri_encode(bucket, false));
+        let fetch = |query: Vec<(&'static str, String)>| {
+            let path = &path;
+            async move {
+                let query: Vec<(&str, &str)> =
+                    query.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let (status, body) = self
+                    .signed_request(reqwest::Method::GET, path, &query)
+                    .await?;
+                if !status.is_success() {
+                    return Err(Error::Other(format!(
+                        "list multipart uploads of {bucket}/{prefix}: HTTP {status}: {body}"
+                    )));
+                }
+                Ok(body)
             }
-            let path = format!("/{}", uri_encode(bucket, false));
-            let (status, body) = self
-                .signed_request(reqwest::Method::GET, &path, &query)
-                .await?;
-            if !status.is_success() {
-                return Err(Error::Other(format!(
-                    "list multipart uploads of {bucket}/{prefix}: HTTP {status}: {body}"
-                )));
-            }
-            for upload in xml_elements(&body, "Upload") {
-                let first = |tag: &str| {
-                    xml_elements(upload, tag)
-                        .first()
-                        .map(|s| xml_unescape(s))
-                        .unwrap_or_default()
-                };
-                out.push(MultipartUploadInfo {
-                    key: first("Key"),
-                    upload_id: first("UploadId"),
-                    initiated: first("Initiated"),
-                });
-            }
-            let truncated = xml_elements(&body, "IsTruncated").first() == Some(&"true");
-            let next_key = xml_elements(&body, "NextKeyMarker")
-                .first()
-                .map(|s| xml_unescape(s))
-                .unwrap_or_default();
-            if !truncated || next_key.is_empty() {
-                break;
-            }
-            id_marker = xml_elements(&body, "NextUploadIdMarker")
-                .first()
-                .map(|s| xml_unescape(s))
-                .unwrap_or_default();
-            key_marker = next_key;
-        }
-        Ok(out)
+        };
+        let uploads = s3_api::list_uploads(prefix, fetch, Error::Other).await?;
+        Ok(uploads
+            .into_iter()
+            .map(|u| MultipartUploadInfo {
+                key: u.key,
+                upload_id: u.upload_id,
+                initiated: u.initiated,
+            })
+            .collect())
     }
 
     /// Whether multipart upload `upload_id` of `bucket/key` is still open (S3 ListParts:

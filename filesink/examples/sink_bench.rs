@@ -170,15 +170,15 @@ fn minio_bin() -> Option<std::path::PathBuf> {
 }
 
 async fn create_bucket(endpoint: &str, bucket: &str) -> bool {
-    use streamjob_filesink::sigv4;
-    let req = sigv4::request(
+    use streamjob_filesink::s3_api;
+    let req = s3_api::request(
         &reqwest::Client::new(),
         reqwest::Method::PUT,
         endpoint,
         &format!("/{bucket}"),
         &[],
         "us-east-1",
-        &sigv4::Credentials {
+        &s3_api::Credentials {
             key_id: USER,
             secret_key: PASSWORD,
             token: None,

@@ -12,7 +12,7 @@ use proptest::sample::Index;
 use crate::fuzz_loop::fuzz;
 
 use crate::bucket::parse_timezone;
-use crate::sigv4::{xml_elements, xml_unescape};
+use crate::s3_api::{parse_uploads, uri_encode};
 use crate::sink::{STATE_VERSION, SinkSubtaskState, max_next_counter, redistribute};
 
 // ---------------------------------------------------------------------------------------------
@@ -88,50 +88,32 @@ fn fuzz_sink_state() {
     });
 }
 
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&apos;")
-}
-
-/// S3 `ListMultipartUploads` answers: every upload's key and id read back as sent, whatever
-/// they hold; any text (cut, nested, garbage) yields elements, never a panic.
+/// S3 `ListMultipartUploads` answers (`encoding-type=url`): every upload's key (any text, sent
+/// URL-encoded as S3 does) and id read back as sent; any text (cut, garbage) reads or is refused,
+/// never a panic.
 #[test]
 fn fuzz_s3_listing() {
-    let uploads = proptest::collection::vec((text(), text()), 0..5);
+    let uploads = proptest::collection::vec((text(), "[A-Za-z0-9._~-]{1,40}"), 0..5);
     let inputs = (uploads, "\\PC{0,80}", any::<Index>());
     fuzz("s3_listing", 512, inputs, |(uploads, garbage, cut)| {
         let mut body = String::from("<?xml version=\"1.0\"?><ListMultipartUploadsResult>");
         for (key, id) in &uploads {
             body.push_str(&format!(
-                "<Upload><Key>{}</Key><UploadId>{}</UploadId></Upload>",
-                xml_escape(key),
-                xml_escape(id)
+                "<Upload><Key>{}</Key><UploadId>{id}</UploadId></Upload>",
+                uri_encode(key, true)
             ));
         }
         body.push_str("<IsTruncated>false</IsTruncated></ListMultipartUploadsResult>");
-        let got: Vec<(String, String)> = xml_elements(&body, "Upload")
-            .into_iter()
-            .map(|u| {
-                let first = |tag: &str| {
-                    xml_elements(u, tag)
-                        .first()
-                        .map(|s| xml_unescape(s))
-                        .unwrap_or_default()
-                };
-                (first("Key"), first("UploadId"))
-            })
-            .collect();
+        let (got, next) =
+            parse_uploads(&body).map_err(proptest::test_runner::TestCaseError::fail)?;
+        let got: Vec<(String, String)> = got.into_iter().map(|u| (u.key, u.upload_id)).collect();
         prop_assert_eq!(got, uploads);
+        prop_assert_eq!(next, None);
         for text in [
             garbage.as_str(),
             &body[..body.floor_char_boundary(cut.index(body.len() + 1))],
         ] {
-            for e in xml_elements(text, "Upload") {
-                let _ = xml_unescape(e);
-            }
+            let _ = parse_uploads(text);
         }
         Ok(())
     });

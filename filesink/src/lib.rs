@@ -90,7 +90,7 @@ pub mod hdfs;
 pub mod part;
 pub mod retry;
 pub mod rolling;
-pub mod sigv4;
+pub mod s3_api;
 pub mod sink;
 pub mod store;
 

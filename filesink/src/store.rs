@@ -33,6 +33,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{Error, Result};
 use crate::retry::{RetryPolicy, STORE_RETRY, retry};
+use crate::s3_api;
 
 /// S3's minimum size of every part of a multipart upload but the last.
 pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
@@ -454,7 +455,7 @@ impl S3Store {
     }
 
     /// One page of ListMultipartUploads: a SigV4-signed `GET ?uploads` (object_store signs
-    /// only its own requests).
+    /// only its own requests; see [`crate::s3_api`]).
     async fn signed_get(&self, ep: &S3Endpoint, query: &[(&str, &str)]) -> Result<String> {
         let fail = |source: object_store::Error| Error::Store {
             op: "list_multipart_uploads",
@@ -466,17 +467,18 @@ impl S3Store {
             store: "S3",
             source: msg.into(),
         };
+        let bucket = s3_api::uri_encode(&self.bucket, false);
         let (base, path) = match (&ep.url, ep.virtual_hosted) {
             // object_store's convention: a virtual-hosted endpoint already names the bucket
             (Some(url), true) => (url.clone(), "/".to_string()),
-            (Some(url), false) => (url.clone(), format!("/{}", uri_encode(&self.bucket, false))),
+            (Some(url), false) => (url.clone(), format!("/{bucket}")),
             (None, true) => (
                 format!("https://{}.s3.{}.amazonaws.com", self.bucket, ep.region),
                 "/".to_string(),
             ),
             (None, false) => (
                 format!("https://s3.{}.amazonaws.com", ep.region),
-                format!("/{}", uri_encode(&self.bucket, false)),
+                format!("/{bucket}"),
             ),
         };
         let cred = self
@@ -490,14 +492,14 @@ impl S3Store {
             .connect_timeout(self.policy.connect_timeout)
             .build()
             .map_err(|e| fail(generic(format!("http client: {e}"))))?;
-        let req = crate::sigv4::request(
+        let req = s3_api::request(
             &client,
             reqwest::Method::GET,
             &base,
             &path,
             query,
             &ep.region,
-            &crate::sigv4::Credentials {
+            &s3_api::Credentials {
                 key_id: &cred.key_id,
                 secret_key: &cred.secret_key,
                 token: cred.token.as_deref(),
@@ -687,47 +689,36 @@ impl Store for S3Store {
         } else {
             format!("{}/", self.prefix)
         };
-        let mut out = Vec::new();
-        let (mut key_marker, mut id_marker) = (String::new(), String::new());
-        loop {
-            let mut query = vec![("uploads", ""), ("prefix", full.as_str())];
-            if !key_marker.is_empty() {
-                query.push(("key-marker", key_marker.as_str()));
-                query.push(("upload-id-marker", id_marker.as_str()));
+        let fetch = |query: Vec<(&'static str, String)>| {
+            let ep = &ep;
+            async move {
+                let query: Vec<(&str, &str)> =
+                    query.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                retry("list_multipart_uploads", self.retry_policy(), || {
+                    self.signed_get(ep, &query)
+                })
+                .await
             }
-            let body = retry("list_multipart_uploads", self.retry_policy(), || {
-                self.signed_get(&ep, &query)
+        };
+        let unreadable = |message: String| Error::Store {
+            op: "list_multipart_uploads",
+            path: self.describe(),
+            retried: false,
+            source: object_store::Error::Generic {
+                store: "S3",
+                source: message.into(),
+            },
+        };
+        let uploads = s3_api::list_uploads(&full, fetch, unreadable).await?;
+        Ok(uploads
+            .into_iter()
+            .map(|u| OpenUpload {
+                key: u.key.strip_prefix(&strip).unwrap_or(&u.key).to_string(),
+                upload_id: u.upload_id,
             })
-            .await?;
-            for upload in xml_elements(&body, "Upload") {
-                let first = |tag: &str| xml_elements(upload, tag).first().map(|s| xml_unescape(s));
-                if let (Some(key), Some(upload_id)) = (first("Key"), first("UploadId")) {
-                    out.push(OpenUpload {
-                        key: key.strip_prefix(&strip).unwrap_or(&key).to_string(),
-                        upload_id,
-                    });
-                }
-            }
-            let truncated = xml_elements(&body, "IsTruncated").first() == Some(&"true");
-            let next_key = xml_elements(&body, "NextKeyMarker")
-                .first()
-                .map(|s| xml_unescape(s));
-            match next_key {
-                Some(k) if truncated && !k.is_empty() => {
-                    id_marker = xml_elements(&body, "NextUploadIdMarker")
-                        .first()
-                        .map(|s| xml_unescape(s))
-                        .unwrap_or_default();
-                    key_marker = k;
-                }
-                _ => break,
-            }
-        }
-        Ok(out)
+            .collect())
     }
 }
-
-use crate::sigv4::{uri_encode, xml_elements, xml_unescape};
 
 // ---------------------------------------------------------------------------------------------
 // Connection limits

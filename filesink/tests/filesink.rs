@@ -26,7 +26,7 @@ use streamjob_crds::v1alpha1::{
     RowCompression, RowFormat, SinkFormat, SuccessMarkerSpec,
 };
 use streamjob_filesink::retry::RetryPolicy;
-use streamjob_filesink::sigv4::{self, uri_encode};
+use streamjob_filesink::s3_api::{self, uri_encode};
 use streamjob_filesink::store::{LocalStore, ObjectInfo, TempFile};
 use streamjob_filesink::{
     Error, FileSink, FileSinkOptions, SinkSubtaskState, Store, max_next_counter, redistribute,
@@ -1122,14 +1122,14 @@ async fn signed(
     path: &str,
     query: &[(&str, &str)],
 ) -> (reqwest::StatusCode, String) {
-    let req = sigv4::request(
+    let req = s3_api::request(
         &reqwest::Client::new(),
         method,
         &m.endpoint,
         path,
         query,
         "us-east-1",
-        &sigv4::Credentials {
+        &s3_api::Credentials {
             key_id: MINIO_USER,
             secret_key: MINIO_PASSWORD,
             token: None,

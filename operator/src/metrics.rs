@@ -1,8 +1,8 @@
-//! Prometheus metrics (text exposition format) and the `/metrics`, `/healthz`, `/readyz` server.
+//! The operator's Prometheus metrics (OpenMetrics text, by the `prometheus-client` crate) and the
+//! `/metrics`, `/healthz`, `/readyz` server.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -11,98 +11,176 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 use crate::{Error, Result};
+
+/// The content type of the OpenMetrics text format `prometheus-client` writes.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 const BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 ];
 
-#[derive(Default, Clone, Debug)]
-struct Histogram {
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
+fn histogram() -> Histogram {
+    Histogram::new(BUCKETS.iter().copied())
 }
 
-impl Histogram {
-    fn observe(&mut self, v: f64) {
-        if self.counts.is_empty() {
-            self.counts = vec![0; BUCKETS.len()];
-        }
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if v <= *b {
-                self.counts[i] += 1;
-            }
-        }
-        self.sum += v;
-        self.count += 1;
-    }
+/// One label, e.g. `("phase", "Running")`.
+type Label = Vec<(&'static str, String)>;
+
+fn label(key: &'static str, value: &str) -> Label {
+    vec![(key, value.to_string())]
 }
 
-#[derive(Default, Debug)]
-struct Inner {
-    reconciles: u64,
-    errors: BTreeMap<String, u64>,
-    reconcile_seconds: Histogram,
-    phase_seconds: BTreeMap<String, f64>,
-    savepoint_seconds: BTreeMap<String, Histogram>,
-    upgrades: BTreeMap<String, u64>,
-    events: BTreeMap<String, u64>,
-    /// Per job: current phase and when it was last seen, for time-per-phase.
-    jobs: BTreeMap<String, (String, Instant)>,
-}
-
-/// The operator's metrics. Cheap to clone.
-#[derive(Clone, Debug, Default)]
+/// The operator's metrics. Cheap to clone. Counter names leave out `_total`: the OpenMetrics
+/// encoder adds it (`streamjob_reconciles` is scraped as `streamjob_reconciles_total`).
+#[derive(Clone, Debug)]
 pub struct Metrics {
-    inner: Arc<Mutex<Inner>>,
+    registry: Arc<Registry>,
+    reconciles: Counter,
+    errors: Family<Label, Counter>,
+    reconcile_seconds: Histogram,
+    phase_seconds: Family<Label, Counter<f64, AtomicU64>>,
+    jobs_by_phase: Family<Label, Gauge>,
+    savepoint_seconds: Family<Label, Histogram, fn() -> Histogram>,
+    upgrades: Family<Label, Counter>,
+    events: Family<Label, Counter>,
+    leader: Gauge,
     ready: Arc<AtomicBool>,
-    leader: Arc<AtomicBool>,
+    /// Per job: current phase and since when, for time-per-phase and jobs-by-phase.
+    jobs: Arc<Mutex<BTreeMap<String, (String, Instant)>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut r = Registry::default();
+        let m = Self {
+            registry: Arc::default(),
+            reconciles: Counter::default(),
+            errors: Family::default(),
+            reconcile_seconds: histogram(),
+            phase_seconds: Family::default(),
+            jobs_by_phase: Family::default(),
+            savepoint_seconds: Family::new_with_constructor(histogram),
+            upgrades: Family::default(),
+            events: Family::default(),
+            leader: Gauge::default(),
+            ready: Arc::default(),
+            jobs: Arc::default(),
+        };
+        r.register(
+            "streamjob_reconciles",
+            "Reconciliations run",
+            m.reconciles.clone(),
+        );
+        r.register(
+            "streamjob_reconcile_errors",
+            "Reconciliations that failed, by error kind",
+            m.errors.clone(),
+        );
+        r.register(
+            "streamjob_reconcile_duration_seconds",
+            "Time per reconciliation",
+            m.reconcile_seconds.clone(),
+        );
+        r.register(
+            "streamjob_phase_seconds",
+            "Time StreamJobs spent in each phase",
+            m.phase_seconds.clone(),
+        );
+        r.register(
+            "streamjob_jobs",
+            "StreamJobs by phase",
+            m.jobs_by_phase.clone(),
+        );
+        r.register(
+            "streamjob_savepoint_duration_seconds",
+            "Time from savepoint request to completion, by reason",
+            m.savepoint_seconds.clone(),
+        );
+        r.register(
+            "streamjob_upgrades",
+            "Upgrades by outcome",
+            m.upgrades.clone(),
+        );
+        r.register(
+            "streamjob_events",
+            "Events recorded, by reason",
+            m.events.clone(),
+        );
+        r.register(
+            "streamjob_leader",
+            "Whether this replica leads",
+            m.leader.clone(),
+        );
+        Self {
+            registry: Arc::new(r),
+            ..m
+        }
+    }
 }
 
 impl Metrics {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn jobs(&self) -> MutexGuard<'_, BTreeMap<String, (String, Instant)>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn reconciled(&self, took: Duration) {
-        let mut m = self.lock();
-        m.reconciles += 1;
-        m.reconcile_seconds.observe(took.as_secs_f64());
+        self.reconciles.inc();
+        self.reconcile_seconds.observe(took.as_secs_f64());
     }
 
     pub fn error(&self, kind: &str) {
-        *self.lock().errors.entry(kind.to_string()).or_default() += 1;
+        self.errors.get_or_create(&label("kind", kind)).inc();
     }
 
     /// Records that `job` is in `phase` now; time since the previous call goes to its old phase.
     pub fn phase(&self, job: &str, phase: &str) {
-        let mut m = self.lock();
         let now = Instant::now();
-        if let Some((old, since)) = m.jobs.insert(job.to_string(), (phase.to_string(), now)) {
-            *m.phase_seconds.entry(old).or_default() += now.duration_since(since).as_secs_f64();
+        let old = self
+            .jobs()
+            .insert(job.to_string(), (phase.to_string(), now));
+        if let Some((old, since)) = old {
+            self.phase_seconds
+                .get_or_create(&label("phase", &old))
+                .inc_by(now.duration_since(since).as_secs_f64());
+            self.jobs_by_phase
+                .get_or_create(&label("phase", &old))
+                .dec();
         }
+        self.jobs_by_phase
+            .get_or_create(&label("phase", phase))
+            .inc();
     }
 
     pub fn forget(&self, job: &str) {
-        self.lock().jobs.remove(job);
+        let old = self.jobs().remove(job);
+        if let Some((old, _)) = old {
+            self.jobs_by_phase
+                .get_or_create(&label("phase", &old))
+                .dec();
+        }
     }
 
     pub fn savepoint(&self, reason: &str, seconds: f64) {
-        self.lock()
-            .savepoint_seconds
-            .entry(reason.to_string())
-            .or_default()
+        self.savepoint_seconds
+            .get_or_create(&label("reason", reason))
             .observe(seconds);
     }
 
     pub fn upgrade(&self, outcome: &str) {
-        *self.lock().upgrades.entry(outcome.to_string()).or_default() += 1;
+        self.upgrades
+            .get_or_create(&label("outcome", outcome))
+            .inc();
     }
 
     pub fn event(&self, reason: &str) {
-        *self.lock().events.entry(reason.to_string()).or_default() += 1;
+        self.events.get_or_create(&label("reason", reason)).inc();
     }
 
     pub fn set_ready(&self, ready: bool) {
@@ -110,113 +188,25 @@ impl Metrics {
     }
 
     pub fn set_leader(&self, leader: bool) {
-        self.leader.store(leader, Ordering::SeqCst);
+        self.leader.set(i64::from(leader));
     }
 
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
     }
 
-    /// Prometheus text format.
+    /// OpenMetrics text ([`OPENMETRICS`]).
     pub fn render(&self) -> String {
-        let m = self.lock();
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP streamjob_reconciles_total Reconciliations run.\n# TYPE streamjob_reconciles_total counter\nstreamjob_reconciles_total {}",
-            m.reconciles
-        );
-        let _ = writeln!(
-            out,
-            "# HELP streamjob_reconcile_errors_total Reconciliations that failed, by error kind.\n# TYPE streamjob_reconcile_errors_total counter"
-        );
-        for (k, v) in &m.errors {
-            let _ = writeln!(out, "streamjob_reconcile_errors_total{{kind=\"{k}\"}} {v}");
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "cannot encode metrics");
         }
-        let _ = writeln!(
-            out,
-            "# HELP streamjob_reconcile_duration_seconds Time per reconciliation.\n# TYPE streamjob_reconcile_duration_seconds histogram"
-        );
-        write_hist(
-            &mut out,
-            "streamjob_reconcile_duration_seconds",
-            "",
-            &m.reconcile_seconds,
-        );
-        let _ = writeln!(
-            out,
-            "# HELP streamjob_phase_seconds_total Time StreamJobs spent in each phase.\n# TYPE streamjob_phase_seconds_total counter"
-        );
-        for (k, v) in &m.phase_seconds {
-            let _ = writeln!(out, "streamjob_phase_seconds_total{{phase=\"{k}\"}} {v}");
-        }
-        let mut per_phase: BTreeMap<&str, u64> = BTreeMap::new();
-        for (phase, _) in m.jobs.values() {
-            *per_phase.entry(phase.as_str()).or_default() += 1;
-        }
-        let _ = writeln!(
-            out,
-            "# HELP streamjob_jobs StreamJobs by phase.\n# TYPE streamjob_jobs gauge"
-        );
-        for (k, v) in per_phase {
-            let _ = writeln!(out, "streamjob_jobs{{phase=\"{k}\"}} {v}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP streamjob_savepoint_duration_seconds Time from savepoint request to completion, by reason.\n# TYPE streamjob_savepoint_duration_seconds histogram"
-        );
-        for (reason, h) in &m.savepoint_seconds {
-            write_hist(
-                &mut out,
-                "streamjob_savepoint_duration_seconds",
-                &format!("reason=\"{reason}\""),
-                h,
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP streamjob_upgrades_total Upgrades by outcome.\n# TYPE streamjob_upgrades_total counter"
-        );
-        for (k, v) in &m.upgrades {
-            let _ = writeln!(out, "streamjob_upgrades_total{{outcome=\"{k}\"}} {v}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP streamjob_events_total Events recorded, by reason.\n# TYPE streamjob_events_total counter"
-        );
-        for (k, v) in &m.events {
-            let _ = writeln!(out, "streamjob_events_total{{reason=\"{k}\"}} {v}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP streamjob_leader Whether this replica leads.\n# TYPE streamjob_leader gauge\nstreamjob_leader {}",
-            u8::from(self.leader.load(Ordering::SeqCst))
-        );
         out
     }
 }
 
-fn write_hist(out: &mut String, name: &str, labels: &str, h: &Histogram) {
-    let sep = if labels.is_empty() { "" } else { "," };
-    for (i, b) in BUCKETS.iter().enumerate() {
-        let c = h.counts.get(i).copied().unwrap_or(0);
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {c}");
-    }
-    let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", h.count);
-    let braces = if labels.is_empty() {
-        String::new()
-    } else {
-        format!("{{{labels}}}")
-    };
-    let _ = writeln!(out, "{name}_sum{braces} {}", h.sum);
-    let _ = writeln!(out, "{name}_count{braces} {}", h.count);
-}
-
 async fn metrics(State(m): State<Metrics>) -> impl IntoResponse {
-    (
-        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-        m.render(),
-    )
+    ([("content-type", OPENMETRICS)], m.render())
 }
 
 async fn readyz(State(m): State<Metrics>) -> impl IntoResponse {
@@ -256,7 +246,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_prometheus_text() {
+    fn renders_openmetrics_text() {
         let m = Metrics::default();
         m.reconciled(Duration::from_millis(30));
         m.error("kube");
@@ -267,18 +257,32 @@ mod tests {
         m.event("Promoted");
         let text = m.render();
         for needle in [
-            "streamjob_reconciles_total 1",
-            "streamjob_reconcile_errors_total{kind=\"kube\"} 1",
-            "streamjob_reconcile_duration_seconds_bucket{le=\"0.05\"} 1",
-            "streamjob_reconcile_duration_seconds_count 1",
-            "streamjob_phase_seconds_total{phase=\"Running\"}",
-            "streamjob_jobs{phase=\"Upgrading\"} 1",
-            "streamjob_savepoint_duration_seconds_bucket{reason=\"upgrade\",le=\"5\"} 1",
-            "streamjob_savepoint_duration_seconds_count{reason=\"upgrade\"} 1",
-            "streamjob_upgrades_total{outcome=\"promoted\"} 1",
-            "streamjob_leader 0",
+            "# TYPE streamjob_reconciles counter\n",
+            "streamjob_reconciles_total 1\n",
+            "streamjob_reconcile_errors_total{kind=\"kube\"} 1\n",
+            "streamjob_reconcile_duration_seconds_bucket{le=\"0.05\"} 1\n",
+            "streamjob_reconcile_duration_seconds_bucket{le=\"0.025\"} 0\n",
+            "streamjob_reconcile_duration_seconds_count 1\n",
+            "streamjob_phase_seconds_total{phase=\"Running\"} ",
+            "streamjob_jobs{phase=\"Upgrading\"} 1\n",
+            "streamjob_jobs{phase=\"Running\"} 0\n",
+            "streamjob_savepoint_duration_seconds_bucket{le=\"5.0\",reason=\"upgrade\"} 1\n",
+            "streamjob_savepoint_duration_seconds_bucket{le=\"2.5\",reason=\"upgrade\"} 0\n",
+            "streamjob_savepoint_duration_seconds_count{reason=\"upgrade\"} 1\n",
+            "streamjob_upgrades_total{outcome=\"promoted\"} 1\n",
+            "streamjob_events_total{reason=\"Promoted\"} 1\n",
+            "streamjob_leader 0\n",
         ] {
             assert!(text.contains(needle), "{needle} in\n{text}");
         }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        m.set_leader(true);
+        m.forget("ns/a");
+        let text = m.render();
+        assert!(text.contains("streamjob_leader 1\n"), "{text}");
+        assert!(
+            text.contains("streamjob_jobs{phase=\"Upgrading\"} 0\n"),
+            "{text}"
+        );
     }
 }

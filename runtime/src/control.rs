@@ -238,7 +238,7 @@ async fn savepoint(State(st): State<AppState>, Path(id): Path<String>) -> Respon
 
 async fn metrics(State(st): State<AppState>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, crate::metrics::OPENMETRICS)],
         st.shared.metrics.render(&st.shared.job_name),
     )
         .into_response()

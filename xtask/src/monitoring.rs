@@ -48,11 +48,12 @@ fn dashboard() -> Value {
     serde_json::from_str(&read(DASHBOARD)).expect("the dashboard is JSON")
 }
 
-/// The metric names a metrics source exports: every `streamjob_[a-z_]+` in it, plus `_bucket`,
-/// `_sum` and `_count` of the names its `# TYPE <name> histogram` lines declare (a `{name}`
-/// placeholder there stands for the latest name before it).
+/// The metric names a metrics source exports: every `streamjob_[a-z_]+` in it, with `_total`
+/// (the OpenMetrics encoder adds it to counter names, which the code writes without it), and
+/// `_bucket`, `_sum` and `_count` of the names ending in `_seconds` that the source also
+/// registers as a histogram (it mentions `Histogram`).
 fn exported(source: &str) -> BTreeSet<String> {
-    let (mut names, mut histograms, mut last) = (BTreeSet::new(), Vec::new(), String::new());
+    let mut names = BTreeSet::new();
     for (i, _) in source.char_indices() {
         let rest = &source[i..];
         let boundary = !source[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
@@ -60,23 +61,22 @@ fn exported(source: &str) -> BTreeSet<String> {
             let end = rest.find(|c: char| !c.is_ascii_lowercase() && c != '_');
             let name = &rest[..end.unwrap_or(rest.len())];
             if !name.ends_with('_') {
-                last = name.to_string();
-                names.insert(last.clone());
-            }
-        } else if let Some(declared) = rest.strip_prefix("# TYPE ") {
-            let mut words = declared.split_whitespace();
-            let (name, kind) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-            let literal = Some(name).filter(|n| n.starts_with("streamjob_"));
-            let name = literal.unwrap_or(&last);
-            if kind.starts_with("histogram") && !name.is_empty() {
-                histograms.push(name.to_string());
+                names.insert(name.to_string());
             }
         }
     }
-    for h in histograms {
-        names.extend(["_bucket", "_sum", "_count"].map(|s| format!("{h}{s}")));
+    let histograms = source.contains("Histogram");
+    let mut all = BTreeSet::new();
+    for name in names {
+        if !name.ends_with("_total") {
+            all.insert(format!("{name}_total"));
+        }
+        if histograms && name.ends_with("_seconds") {
+            all.extend(["_bucket", "_sum", "_count"].map(|s| format!("{name}{s}")));
+        }
+        all.insert(name);
     }
-    names
+    all
 }
 
 /// Every vector selector of an expression (those inside range selectors included).
@@ -188,12 +188,17 @@ fn monitoring_expressions_use_exported_metrics() {
 
 #[test]
 fn monitoring_check_catches_unknown_metrics_and_job_matchers() {
-    let source = r##"streamjob_a_total; name = "streamjob_x_seconds"; "# TYPE {name} histogram""##;
+    let source = r##"("streamjob_a", Counter); h: Histogram = "streamjob_x_seconds""##;
     let (runtime, operator) = (exported(source), exported("streamjob_leader"));
     let got = Vec::from_iter(runtime.iter().map(String::as_str)).join(" ");
     let x = "streamjob_x_seconds";
-    let want = format!("streamjob_a_total {x} {x}_bucket {x}_count {x}_sum");
+    let want = format!("streamjob_a streamjob_a_total {x} {x}_bucket {x}_count {x}_sum {x}_total");
     assert_eq!(got, want);
+    let no_histogram = exported("streamjob_y_seconds");
+    assert!(
+        !no_histogram.contains("streamjob_y_seconds_bucket"),
+        "{no_histogram:?}"
+    );
     let code = Exported { runtime, operator };
     let check = |expr: &str| code.check("t", expr).join("\n");
     assert_eq!(check("max(streamjob_leader) == 0"), "");
