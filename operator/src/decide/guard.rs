@@ -12,10 +12,7 @@ pub(super) fn guard_transition(
     decision: Decision,
     observed: &Observed,
 ) -> Decision {
-    let stage = |s: &StreamJobStatus| match &s.upgrade {
-        None => Some(None),
-        Some(u) => u.step.parse::<Stage>().ok().map(Some),
-    };
+    let stage = |s: &StreamJobStatus| super::stored_stage(s).ok();
     let (Some(from), Some(to)) = (stage(old), stage(&decision.status)) else {
         return decision; // an unreadable stored stage is reported by the decision itself
     };

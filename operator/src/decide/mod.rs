@@ -73,6 +73,9 @@ struct Ctx<'a> {
     obs: &'a Observed,
     old: &'a StreamJobStatus,
     st: StreamJobStatus,
+    /// `st.upgrade.step` read once, kept in step by `move_to`, `move_to_idle` and `begin` (an
+    /// unreadable stored step is an error message: the job is kept as it is and says so).
+    stage: Result<Option<Stage>, String>,
     /// `st.upgrade.targetSpec`, read once (kept in step with the record by `begin` and
     /// `move_to_idle`).
     target: Option<StreamJobSpec>,
@@ -125,6 +128,7 @@ pub fn decide(
         obs: observed,
         old: status,
         st: status.clone(),
+        stage: stored_stage(status),
         target: status
             .upgrade
             .as_ref()
@@ -148,18 +152,13 @@ pub fn decide(
     c.st.observed_generation = observed.generation.or(status.observed_generation);
     c.st.message = None;
     c.run();
-    // Every change of stage went through move_to: the stage now is the last one written there,
-    // or the stored one when nothing moved.
-    let stored = status
-        .upgrade
-        .as_ref()
-        .map(|u| u.step.parse::<Stage>())
-        .transpose()
-        .ok();
+    // Every change of stage went through move_to: the stage the record now holds is the last
+    // one written there, or the stored one when nothing moved.
+    let stored = stored_stage(status).ok();
     let bypassed = c
         .moved
         .or(stored)
-        .is_some_and(|m| c.stage().ok() != Some(m));
+        .is_some_and(|m| stored_stage(&c.st).ok() != Some(m));
     let illegal = c.illegal.take();
     let decision = c.finish();
     if let Some(moves) = illegal {
@@ -181,10 +180,7 @@ pub fn decide(
 
 impl Ctx<'_> {
     fn stage(&self) -> Result<Option<Stage>, String> {
-        match &self.st.upgrade {
-            None => Ok(None),
-            Some(u) => u.step.parse().map(Some),
-        }
+        self.stage.clone()
     }
 
     /// Moves the transition in flight to `stage` (same record). With [`Ctx::move_to_idle`] and
@@ -196,6 +192,7 @@ impl Ctx<'_> {
                 u.step = stage.to_string();
                 u.step_started_at = Some(self.now.clone());
             }
+            self.stage = Ok(Some(stage));
             self.moved = Some(Some(stage));
         }
         self.requeue = Duration::from_secs(1);
@@ -206,6 +203,7 @@ impl Ctx<'_> {
         if self.allowed(None) {
             self.st.upgrade = None;
             self.target = None;
+            self.stage = Ok(None);
             self.moved = Some(None);
         }
     }
@@ -216,6 +214,7 @@ impl Ctx<'_> {
             Ok(stage) if self.allowed(Some(stage)) => {
                 self.target = spec_from_json(record.target_spec.as_deref());
                 self.st.upgrade = Some(record);
+                self.stage = Ok(Some(stage));
                 self.moved = Some(Some(stage));
             }
             Ok(_) => {}
@@ -640,6 +639,15 @@ impl Ctx<'_> {
             },
         }
     }
+}
+
+/// The stage a status records (`status.upgrade.step`); `Ok(None)`: no transition.
+fn stored_stage(status: &StreamJobStatus) -> Result<Option<Stage>, String> {
+    status
+        .upgrade
+        .as_ref()
+        .map(|u| u.step.parse::<Stage>())
+        .transpose()
 }
 
 /// A spec as status records it (JSON); unreadable reads as none.

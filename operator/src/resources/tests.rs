@@ -14,19 +14,19 @@ spec:
   checkpoints: {dir: s3://b/ck}
   storage: {s3: {endpoint: "http://minio:9000", credentialsSecret: {name: minio, accessKeyIdKey: user}}}
   pipeline:
-- uid: gen
-  source: {generator: {}}
-- uid: out
-  print: {}
+    - uid: gen
+      source: {generator: {}}
+    - uid: out
+      print: {}
   podTemplate:
-metadata: {labels: {team: data}}
-spec:
-  nodeSelector: {pool: stream}
-  containers:
-    - name: runtime
-      image: ignored:0
-      resources: {limits: {memory: 2Gi}}
-      env: [{name: EXTRA, value: "1"}]
+    metadata: {labels: {team: data}}
+    spec:
+      nodeSelector: {pool: stream}
+      containers:
+        - name: runtime
+          image: ignored:0
+          resources: {limits: {memory: 2Gi}}
+          env: [{name: EXTRA, value: "1"}]
 "#,
     )
     .unwrap()
@@ -62,19 +62,19 @@ spec:
   image: runtime:1
   checkpoints: {dir: s3://b/ck}
   pipeline:
-- uid: in
-  source:
-    kafka:
-      bootstrapServers: "b:9093"
-      topic: t
-      format: {jsonLines: {}}
-      schema: [{name: x, type: int64}]
-      security:
-        protocol: SASL_SSL
-        sasl: {mechanism: SCRAM-SHA-512, secretName: kafka-user}
-        tls: {secretName: kafka-ca}
-- uid: out
-  print: {}
+    - uid: in
+      source:
+        kafka:
+          bootstrapServers: "b:9093"
+          topic: t
+          format: {jsonLines: {}}
+          schema: [{name: x, type: int64}]
+          security:
+            protocol: SASL_SSL
+            sasl: {mechanism: SCRAM-SHA-512, secretName: kafka-user}
+            tls: {secretName: kafka-ca}
+    - uid: out
+      print: {}
 "#,
     )
     .unwrap()
