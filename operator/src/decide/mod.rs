@@ -41,6 +41,7 @@ mod planning;
 mod report;
 mod restoring;
 mod savepointing;
+mod savepoints;
 mod standby;
 mod steady;
 mod stopped;
@@ -56,6 +57,7 @@ pub use actions::*;
 use guard::{guard_transition, refuse, show_stage};
 pub use machine::*;
 pub use report::set_condition;
+use savepoints::SpPoll;
 pub use world::*;
 
 /// Identity of the StreamJob.
@@ -94,15 +96,6 @@ struct Ctx<'a> {
     moved: Option<Option<Stage>>,
     /// An undeclared move that was asked for and not made: the decision is refused.
     illegal: Option<String>,
-}
-
-/// Result of looking at `status.pendingSavepoint`.
-#[derive(Clone, Debug, PartialEq)]
-enum SpPoll {
-    NoPending,
-    InFlight,
-    Done(String),
-    Failed(String),
 }
 
 /// The decision: given the spec, the persisted status and the observed world, what to do and what
@@ -430,181 +423,6 @@ impl Ctx<'_> {
             from_savepoint: from,
             epoch: 0,
         });
-    }
-
-    fn record_savepoint(&mut self, path: &str, reason: &str, started_at: Option<&str>) {
-        let info = SavepointInfo {
-            path: path.to_string(),
-            time: Some(self.now.clone()),
-            reason: Some(reason.to_string()),
-            spec_hash: self.st.deployment.as_ref().map(|d| d.spec_hash.clone()),
-        };
-        if !self.st.savepoint_history.iter().any(|s| s.path == path) {
-            self.st.savepoint_history.push(info.clone());
-        }
-        self.st.last_savepoint = Some(info);
-        let secs = parse_time(started_at)
-            .map(|t| (self.obs.now - t).num_milliseconds().max(0) as f64 / 1000.0)
-            .unwrap_or(0.0);
-        self.sp_done.push((reason.to_string(), secs));
-        self.note(
-            false,
-            "SavepointCompleted",
-            format!("{reason} savepoint completed: {path}"),
-        );
-    }
-
-    // -- observing --------------------------------------------------------------------------
-
-    fn observe_active(&mut self) {
-        let Some(active) = self.active() else { return };
-        if let Some(js) = self.obs.job(&active)
-            && let Some(ck) = &js.latest_checkpoint
-        {
-            let info = CheckpointInfo {
-                id: ck.id.unwrap_or(0),
-                path: Some(ck.path.clone()),
-                time: ck.completed_at.clone(),
-            };
-            if self.st.last_checkpoint.as_ref() != Some(&info) {
-                self.st.last_checkpoint = Some(info);
-            }
-        }
-    }
-
-    fn poll_savepoint(&mut self) -> SpPoll {
-        let Some(p) = self.st.pending_savepoint.clone() else {
-            return SpPoll::NoPending;
-        };
-        // Recorded but never sent (the operator stopped between writing the status and the
-        // request): the job still runs normally after a grace period, so ask again.
-        let started = parse_time(Some(&p.started_at));
-        let age = started
-            .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
-            .unwrap_or_default();
-        if p.request_id.is_empty()
-            && age > UNSENT_GRACE
-            && self
-                .active()
-                .and_then(|a| self.obs.job(&a))
-                .is_some_and(|j| {
-                    j.state == RunState::Running
-                        && j.last_savepoint
-                            .as_ref()
-                            .and_then(|s| parse_time(s.completed_at.as_deref()))
-                            .is_none_or(|t| Some(t) < started)
-                })
-        {
-            self.st.pending_savepoint = None;
-            return SpPoll::NoPending;
-        }
-        let result = match &self.obs.savepoint {
-            Some(SavepointState::Completed { path }) => Some(Ok(path.clone())),
-            Some(SavepointState::Failed { error }) => Some(Err(error.clone())),
-            Some(SavepointState::Pending) => None,
-            None => {
-                // The pod may have exited after stop-with-savepoint: its termination message.
-                let from_exit = self
-                    .active()
-                    .and_then(|a| self.obs.pod(&a))
-                    .filter(|pod| pod.phase == PodPhase::Succeeded)
-                    .and_then(|pod| pod.message.as_deref())
-                    .and_then(savepoint_from_message);
-                // A path handed over by annotation counts once: not one already recorded.
-                let recovered = self.obs.recovered_savepoint.clone().filter(|r| {
-                    !self.st.savepoint_history.iter().any(|s| &s.path == r)
-                        && self.st.last_savepoint.as_ref().is_none_or(|s| &s.path != r)
-                });
-                let from_exit = from_exit.or(recovered);
-                let from_status = self.active().and_then(|a| {
-                    let js = self.obs.job(&a)?;
-                    let sp = js.last_savepoint.as_ref()?;
-                    let done = parse_time(sp.completed_at.as_deref())?;
-                    (done >= started?).then(|| sp.path.clone())
-                });
-                from_exit.or(from_status).map(Ok)
-            }
-        };
-        match result {
-            Some(Ok(path)) => {
-                self.st.pending_savepoint = None;
-                self.record_savepoint(&path, &p.reason, Some(&p.started_at));
-                SpPoll::Done(path)
-            }
-            Some(Err(error)) => {
-                self.st.pending_savepoint = None;
-                self.note(
-                    true,
-                    "SavepointFailed",
-                    format!("{} savepoint failed: {error}", p.reason),
-                );
-                self.st.message = Some(format!("{} savepoint failed: {error}", p.reason));
-                SpPoll::Failed(error)
-            }
-            None => {
-                let exited = p.stop
-                    && self
-                        .active()
-                        .and_then(|a| self.obs.pod(&a))
-                        .is_some_and(|pod| pod.phase == PodPhase::Succeeded);
-                if exited {
-                    // The job stopped with a savepoint we cannot see: never give up on it (the
-                    // old job is gone), ask for the path instead.
-                    let dir = self
-                        .upgrade_spec()
-                        .unwrap_or_else(|| self.spec.clone())
-                        .savepoint_dir();
-                    let msg = format!(
-                        "the job stopped with its {} savepoint but exited before the operator could read the path; find the newest savepoint under {dir} and set the annotation {ANNOTATION_RECOVERED_SAVEPOINT}=<path> to continue",
-                        p.reason
-                    );
-                    self.degraded = Some(("SavepointPathUnknown".into(), msg.clone()));
-                    self.st.message = Some(msg);
-                    self.requeue = Duration::from_secs(10);
-                    SpPoll::InFlight
-                } else if age > self.savepoint_timeout() {
-                    self.st.pending_savepoint = None;
-                    let msg = format!(
-                        "{} savepoint did not complete within {}",
-                        p.reason, self.spec.upgrade.savepoint_timeout
-                    );
-                    self.note(true, "SavepointFailed", msg.clone());
-                    self.st.message = Some(msg.clone());
-                    SpPoll::Failed(msg)
-                } else {
-                    self.requeue = FAST;
-                    SpPoll::InFlight
-                }
-            }
-        }
-    }
-
-    fn trigger(&mut self, pod: &str, reason: &str, stop: bool, standby: bool) {
-        let dir = self
-            .upgrade_spec()
-            .unwrap_or_else(|| self.spec.clone())
-            .savepoint_dir();
-        self.actions.push(Action::TakeSavepoint {
-            run: pod.to_string(),
-            dir,
-            stop,
-            standby,
-        });
-        self.st.pending_savepoint = Some(PendingSavepoint {
-            request_id: String::new(),
-            reason: reason.to_string(),
-            stop,
-            started_at: self.now.clone(),
-        });
-        self.note(
-            false,
-            "SavepointTriggered",
-            format!(
-                "{reason} savepoint requested from {pod}{}",
-                if stop { " (stop)" } else { "" }
-            ),
-        );
-        self.requeue = FAST;
     }
 
     // -- the machine --------------------------------------------------------------------------
