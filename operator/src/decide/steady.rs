@@ -70,6 +70,22 @@ impl Ctx<'_> {
                 self.degraded = Some(("PodFailed".into(), msg));
                 self.requeue = FAST;
             }
+            // Its container restarted with the epoch of the pod's arguments, older than the one a
+            // warm start gave it (the old version of a rolled-back Shadow upgrade): it is fenced
+            // for good and would crash-loop. Replace the pod: the new one resumes from the
+            // latest checkpoint under a new epoch (found by the soak).
+            Some(p)
+                if p.last_exit_code == Some(EXIT_SUPERSEDED)
+                    && js.as_ref().is_none_or(|j| j.state != RunState::Running) =>
+            {
+                self.delete_pod(&active);
+                let msg = format!(
+                    "runtime pod {active} restarted under an older epoch and is fenced; replacing it (it resumes from the latest checkpoint)"
+                );
+                self.note(true, "PodFenced", msg.clone());
+                self.degraded = Some(("PodFenced".into(), msg));
+                self.requeue = FAST;
+            }
             Some(p) if p.phase == PodPhase::Succeeded => {
                 self.st.phase = Some(Phase::Finished);
                 self.ready = Some((false, "Finished".into(), "the job has finished".into()));

@@ -7,6 +7,7 @@ use streamjob_contract::plan::PlanReport;
 const EXIT_OK: i32 = exit::OK as i32;
 const EXIT_INVALID: i32 = exit::INVALID as i32;
 const EXIT_INCOMPATIBLE: i32 = exit::INCOMPATIBLE as i32;
+pub(super) const EXIT_SUPERSEDED: i32 = exit::SUPERSEDED as i32;
 
 /// Labels on everything the operator creates.
 pub const LABEL_JOB: &str = "streamjob.io/job";
@@ -64,6 +65,8 @@ pub struct PodObs {
     pub waiting_reason: Option<String>,
     /// Exit code of the terminated container (pod phase Succeeded/Failed).
     pub exit_code: Option<i32>,
+    /// Exit code of the container's last termination, also while the kubelet restarts it.
+    pub last_exit_code: Option<i32>,
     /// Termination message (or the log tail the controller could read instead).
     pub message: Option<String>,
     pub ip: Option<String>,
@@ -81,6 +84,7 @@ impl PodObs {
             restarts: 0,
             waiting_reason: None,
             exit_code: None,
+            last_exit_code: None,
             message: None,
             ip: None,
         }

@@ -144,6 +144,40 @@ pub(super) fn push(v: &mut Vec<Case>) {
             .acts(&["Remove:clicks-old"])
             .conds(&["Degraded"]),
     );
+    // a warm-started pod (a rolled-back Shadow's old version) whose container restarted with
+    // its pod's older --epoch: fenced for good, it would crash-loop; the soak found it
+    let mut o = world(100);
+    o.pods[0].last_exit_code = Some(exit::SUPERSEDED as i32);
+    o.pods[0].restarts = 17;
+    o.pods[0].waiting_reason = Some("CrashLoopBackOff".into());
+    o.runtime.clear();
+    v.push(
+        Case::new(
+            "running, container restarted under an older epoch (fenced): replace",
+            spec.clone(),
+            running(),
+            o,
+        )
+        .idle()
+        .acts(&["Remove:clicks-old"])
+        .conds(&["Degraded"])
+        .event("PodFenced"),
+    );
+    // the same exit code long ago, the job running now: nothing to do
+    let mut o = world(100);
+    o.pods[0].last_exit_code = Some(exit::SUPERSEDED as i32);
+    o.pods[0].restarts = 1;
+    v.push(
+        Case::new(
+            "running, an old fenced exit but the job runs: keep it",
+            spec.clone(),
+            running(),
+            o,
+        )
+        .idle()
+        .phase(Phase::Running)
+        .conds(&["Ready"]),
+    );
     let mut o = world(100);
     let mut failed = js(RunState::Failed, Some("s3://b/ck/clicks/6"));
     failed.restarts = 10;

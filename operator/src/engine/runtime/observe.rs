@@ -67,6 +67,7 @@ pub fn observe_pod(pod: &Pod) -> Option<PodObs> {
             .as_ref()
             .filter(|_| final_state)
             .map(|t| t.exit_code),
+        last_exit_code: terminated.as_ref().map(|t| t.exit_code),
         message: terminated
             .as_ref()
             .and_then(|t| t.message.clone())
