@@ -259,6 +259,7 @@ impl StreamJobSpec {
             push(duration("spec.storage.retryBudget", budget));
         }
         push(self.validate_pipeline());
+        hdfs_name_node_known(self, &mut problems);
 
         if problems.is_empty() {
             Ok(())
@@ -839,14 +840,51 @@ fn bounded_duration(
 fn known_store(field: &str, path: &str) -> Result<()> {
     match path.split_once("://") {
         None => Ok(()),
-        Some(("s3" | "file", _)) => Ok(()),
+        Some(("s3" | "file" | "hdfs", _)) => Ok(()),
         Some(("s3a", _)) if field.ends_with("fileSink.path") => Ok(()),
-        Some(("hdfs", _)) => invalid(&format!(
-            "{field}: {path:?}: hdfs:// is not supported by the runtime yet: use s3://, file:// or a local path"
-        )),
         Some((scheme, _)) => invalid(&format!(
-            "{field}: {path:?}: unknown scheme {scheme}://: use s3://, file:// or a local path"
+            "{field}: {path:?}: unknown scheme {scheme}://: use s3://, hdfs://, file:// or a local path"
         )),
+    }
+}
+
+/// `hdfs:///path` takes its name node from `spec.storage.hdfs.nameNode`.
+fn hdfs_name_node_known(spec: &StreamJobSpec, problems: &mut Vec<String>) {
+    if spec
+        .storage
+        .as_ref()
+        .and_then(|s| s.hdfs.as_ref())
+        .is_some()
+    {
+        return;
+    }
+    let mut paths = vec![("spec.checkpoints.dir".to_string(), &spec.checkpoints.dir)];
+    if let Some(dir) = spec.savepoints.as_ref().and_then(|s| s.dir.as_ref()) {
+        paths.push(("spec.savepoints.dir".into(), dir));
+    }
+    if let Some(dir) = &spec.dead_letter_path {
+        paths.push(("spec.deadLetterPath".into(), dir));
+    }
+    for step in &spec.pipeline {
+        if let Some(files) = step.source.as_ref().and_then(|s| s.files.as_ref()) {
+            paths.push((
+                format!("spec.pipeline[{}].source.files.path", step.uid),
+                &files.path,
+            ));
+        }
+        if let Some(sink) = &step.file_sink {
+            paths.push((
+                format!("spec.pipeline[{}].fileSink.path", step.uid),
+                &sink.path,
+            ));
+        }
+    }
+    for (field, path) in paths {
+        if path.starts_with("hdfs:///") {
+            problems.push(format!(
+                "{field}: {path:?} names no name node: write hdfs://namenode:port/path or set spec.storage.hdfs.nameNode"
+            ));
+        }
     }
 }
 

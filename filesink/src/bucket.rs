@@ -1,8 +1,9 @@
 //! Bucket assigners: which sub-directory of the base path a record goes to.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use arrow::array::{Array, AsArray};
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, TimeUnit, TimestampMillisecondType};
 use arrow::record_batch::RecordBatch;
@@ -19,6 +20,17 @@ pub const HIVE_NULL: &str = "__HIVE_DEFAULT_PARTITION__";
 /// Rows of one bucket in a batch: bucket id, row indices, earliest event time (event-time buckets).
 pub type BucketRows = (String, Vec<u32>, Option<i64>);
 
+/// Where event-time buckets find each record's event time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventTime<'a> {
+    /// Nowhere: `time: event` is refused.
+    Missing,
+    /// In a column of the records.
+    Column(&'a str),
+    /// Beside each batch, as the runtime carries it ([`crate::FileSink::write_timed`]).
+    BesideBatches,
+}
+
 /// Maps records to bucket ids (relative directories, `""` for the base path itself).
 #[derive(Clone, Debug)]
 pub enum BucketAssigner {
@@ -30,7 +42,8 @@ pub enum BucketAssigner {
         offset: FixedOffset,
         /// Event time (from `event_time_column`) or processing time.
         time: BucketTime,
-        /// Column holding the event time (timestamp of any unit, or Int64 epoch milliseconds).
+        /// Column holding the event time (timestamp of any unit, or Int64 epoch milliseconds);
+        /// `None`: the event times come beside each batch ([`BucketAssigner::assign_timed`]).
         event_time_column: Option<String>,
     },
     /// Everything into the base path.
@@ -107,11 +120,8 @@ pub fn escape_partition_value(v: &str) -> String {
 
 impl BucketAssigner {
     /// Builds the assigner of a manifest (default: processing-time date-time buckets).
-    /// `event_time_column` is needed for `time: event`.
-    pub fn from_spec(
-        spec: Option<&BucketAssignerSpec>,
-        event_time_column: Option<&str>,
-    ) -> Result<Self> {
+    /// `time: event` needs an `event_time` other than [`EventTime::Missing`].
+    pub fn from_spec(spec: Option<&BucketAssignerSpec>, event_time: EventTime<'_>) -> Result<Self> {
         let default_dt = streamjob_crds::v1alpha1::DateTimeBucketAssigner::default();
         let spec_dt = match spec {
             None => Some(&default_dt),
@@ -150,7 +160,11 @@ impl BucketAssigner {
                 dt.format
             )));
         }
-        if dt.time == BucketTime::Event && event_time_column.is_none() {
+        let event_time_column = match event_time {
+            EventTime::Column(name) => Some(name.to_string()),
+            EventTime::Missing | EventTime::BesideBatches => None,
+        };
+        if dt.time == BucketTime::Event && event_time == EventTime::Missing {
             return Err(Error::Config(
                 "bucketAssigner.dateTime.time is event but the pipeline has no event-time column"
                     .into(),
@@ -160,7 +174,7 @@ impl BucketAssigner {
             format: dt.format.clone(),
             offset: parse_timezone(&dt.timezone)?,
             time: dt.time,
-            event_time_column: event_time_column.map(str::to_string),
+            event_time_column,
         })
     }
 
@@ -189,6 +203,17 @@ impl BucketAssigner {
     /// Groups the rows of `batch` by bucket: `(bucket id, row indices, min event time)` in order
     /// of first appearance; row order inside a bucket is kept.
     pub fn assign(&self, batch: &RecordBatch, processing_time: i64) -> Result<Vec<BucketRows>> {
+        self.assign_timed(batch, None, processing_time)
+    }
+
+    /// [`BucketAssigner::assign`] with the event time of each row beside the batch (epoch
+    /// milliseconds), for event-time buckets without an event-time column.
+    pub fn assign_timed(
+        &self,
+        batch: &RecordBatch,
+        event_times: Option<&Int64Array>,
+        processing_time: i64,
+    ) -> Result<Vec<BucketRows>> {
         let n = batch.num_rows();
         let all = || (0..n as u32).collect::<Vec<u32>>();
         match self {
@@ -205,13 +230,29 @@ impl BucketAssigner {
             BucketAssigner::DateTime {
                 event_time_column, ..
             } => {
-                let name = event_time_column.as_deref().unwrap_or_default();
-                let col = batch.column_by_name(name).ok_or_else(|| {
-                    Error::Config(format!("event-time column {name:?} not in the batch"))
-                })?;
-                let ms = match col.data_type() {
-                    DataType::Timestamp(TimeUnit::Millisecond, None) => col.clone(),
-                    _ => cast(col, &DataType::Timestamp(TimeUnit::Millisecond, None))?,
+                let ms: ArrayRef = match (event_time_column, event_times) {
+                    (Some(name), _) => {
+                        let col = batch.column_by_name(name).ok_or_else(|| {
+                            Error::Config(format!("event-time column {name:?} not in the batch"))
+                        })?;
+                        col.clone()
+                    }
+                    (None, Some(times)) if times.len() == n => Arc::new(times.clone()),
+                    (None, Some(times)) => {
+                        return Err(Error::State(format!(
+                            "{} event times beside a batch of {n} rows",
+                            times.len()
+                        )));
+                    }
+                    (None, None) => {
+                        return Err(Error::State(
+                            "event-time buckets: the batch came without event times".into(),
+                        ));
+                    }
+                };
+                let ms = match ms.data_type() {
+                    DataType::Timestamp(TimeUnit::Millisecond, None) => ms,
+                    _ => cast(&ms, &DataType::Timestamp(TimeUnit::Millisecond, None))?,
                 };
                 let ms = ms.as_primitive::<TimestampMillisecondType>();
                 let mut groups: Vec<BucketRows> = Vec::new();
@@ -317,7 +358,7 @@ mod tests {
 
     #[test]
     fn default_is_processing_time_hourly_utc() {
-        let a = BucketAssigner::from_spec(None, None).unwrap();
+        let a = BucketAssigner::from_spec(None, EventTime::Missing).unwrap();
         let batch = RecordBatch::try_new(
             Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)])),
             vec![Arc::new(Int64Array::from(vec![1, 2]))],
@@ -329,10 +370,45 @@ mod tests {
     }
 
     #[test]
+    fn event_times_beside_the_batch_as_the_runtime_carries_them() {
+        let a = BucketAssigner::from_spec(
+            Some(&dt_spec("%Y%m%d/%H", "UTC", BucketTime::Event)),
+            EventTime::BesideBatches,
+        )
+        .unwrap();
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+        )
+        .unwrap();
+        // 23:30Z, 00:10Z next day, 23:59Z
+        let times = Int64Array::from(vec![
+            1_709_335_800_000,
+            1_709_338_200_000,
+            1_709_337_540_000,
+        ]);
+        let g = a.assign_timed(&batch, Some(&times), 0).unwrap();
+        assert_eq!(
+            g,
+            vec![
+                (
+                    "20240301/23".to_string(),
+                    vec![0, 2],
+                    Some(1_709_335_800_000)
+                ),
+                ("20240302/00".to_string(), vec![1], Some(1_709_338_200_000)),
+            ]
+        );
+        assert!(a.assign(&batch, 0).is_err(), "no event times, no buckets");
+        let short = Int64Array::from(vec![1_709_335_800_000]);
+        assert!(a.assign_timed(&batch, Some(&short), 0).is_err());
+    }
+
+    #[test]
     fn event_time_with_offset_and_micro_timestamps() {
         let a = BucketAssigner::from_spec(
             Some(&dt_spec("%Y%m%d/%H", "+02:00", BucketTime::Event)),
-            Some("ts"),
+            EventTime::Column("ts"),
         )
         .unwrap();
         let schema = Arc::new(Schema::new(vec![Field::new(
@@ -363,12 +439,18 @@ mod tests {
         );
         assert_eq!(g[0].2, Some(1_709_335_800_000));
         assert!(
-            BucketAssigner::from_spec(Some(&dt_spec("%Y", "UTC", BucketTime::Event)), None)
-                .is_err()
+            BucketAssigner::from_spec(
+                Some(&dt_spec("%Y", "UTC", BucketTime::Event)),
+                EventTime::Missing
+            )
+            .is_err()
         );
         assert!(
-            BucketAssigner::from_spec(Some(&dt_spec("%Q", "UTC", BucketTime::Processing)), None)
-                .is_err()
+            BucketAssigner::from_spec(
+                Some(&dt_spec("%Q", "UTC", BucketTime::Processing)),
+                EventTime::Missing
+            )
+            .is_err()
         );
     }
 
@@ -380,7 +462,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let a = BucketAssigner::from_spec(Some(&spec), None).unwrap();
+        let a = BucketAssigner::from_spec(Some(&spec), EventTime::Missing).unwrap();
         let schema = Arc::new(Schema::new(vec![
             Field::new("country", DataType::Utf8, true),
             Field::new("n", DataType::Int64, true),
@@ -413,7 +495,7 @@ mod tests {
                 base_path: Some(EmptySpec {}),
                 ..Default::default()
             }),
-            None,
+            EventTime::Missing,
         )
         .unwrap();
         assert_eq!(base.assign(&batch, 0).unwrap()[0].0, "");
@@ -422,6 +504,6 @@ mod tests {
             field: spec.field.clone(),
             ..Default::default()
         };
-        assert!(BucketAssigner::from_spec(Some(&both), None).is_err());
+        assert!(BucketAssigner::from_spec(Some(&both), EventTime::Missing).is_err());
     }
 }

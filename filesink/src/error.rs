@@ -43,6 +43,11 @@ pub enum Error {
         message: String,
     },
 
+    /// The object or file does not exist (HDFS; S3 and local files report it through their own
+    /// variants, see [`Error::is_not_found`]).
+    #[error("{op} {path}: not found")]
+    NotFound { op: &'static str, path: String },
+
     /// The store does not offer this operation (for example multipart uploads on a local disk).
     #[error("store {store} does not support {op}")]
     Unsupported { store: String, op: &'static str },
@@ -101,6 +106,16 @@ impl Error {
             ),
             Error::ConnectionTimeout { .. } => true,
             Error::Hdfs { transient, .. } => *transient,
+            _ => false,
+        }
+    }
+
+    /// Whether the object (or file) the call needed does not exist.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            Error::Store { source, .. } => matches!(source, object_store::Error::NotFound { .. }),
+            Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+            Error::NotFound { .. } => true,
             _ => false,
         }
     }

@@ -34,12 +34,22 @@ impl std::fmt::Debug for HdfsStore {
 
 fn herr(op: &'static str, path: &str) -> impl FnOnce(HdfsError) -> Error {
     let path = path.to_string();
-    move |e| Error::Hdfs {
-        op,
-        path,
-        transient: matches!(e, HdfsError::IOError(_) | HdfsError::DataTransferError(_)),
-        message: e.to_string(),
+    move |e| match e {
+        HdfsError::FileNotFound(_) => Error::NotFound { op, path },
+        e => Error::Hdfs {
+            op,
+            path,
+            transient: matches!(e, HdfsError::IOError(_) | HdfsError::DataTransferError(_)),
+            message: e.to_string(),
+        },
     }
+}
+
+/// A fresh hidden name next to `path` (`dir/.name.put.<uuid>`): a whole object is written there
+/// first and renamed, and listings that skip hidden names never see a half-written one.
+fn hidden_sibling(path: &str) -> String {
+    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+    format!("{dir}/.{name}.put.{}", uuid::Uuid::new_v4().simple())
 }
 
 impl HdfsStore {
@@ -134,7 +144,7 @@ impl Store for HdfsStore {
     }
     async fn put(&self, key: &str, data: Bytes) -> Result<()> {
         let path = self.path(key);
-        let tmp = format!("{path}.put.{}", uuid::Uuid::new_v4().simple());
+        let tmp = hidden_sibling(&path);
         let mut w = self.create(&tmp, true).await?;
         w.write_bytes(data).await.map_err(herr("write", &tmp))?;
         w.close().await.map_err(herr("close", &tmp))?;
@@ -143,12 +153,63 @@ impl Store for HdfsStore {
             .await
             .map_err(herr("rename", &path))
     }
+    async fn put_new(&self, key: &str, data: Bytes) -> Result<bool> {
+        // write aside, then rename without overwrite: the name appears whole, or not at all
+        let path = self.path(key);
+        let tmp = hidden_sibling(&path);
+        let mut w = self.create(&tmp, true).await?;
+        w.write_bytes(data).await.map_err(herr("write", &tmp))?;
+        w.close().await.map_err(herr("close", &tmp))?;
+        let renamed = self.client.rename(&tmp, &path, false).await;
+        if renamed.is_ok() {
+            return Ok(true);
+        }
+        let _ = self.client.delete(&tmp, false).await;
+        match (renamed, self.info(&path).await?) {
+            (_, Some(_)) => Ok(false),
+            (Err(e), None) => Err(herr("rename", &path)(e)),
+            (Ok(()), None) => Ok(true),
+        }
+    }
     async fn get(&self, key: &str) -> Result<Bytes> {
         let path = self.path(key);
         let r = self.client.read(&path).await.map_err(herr("open", &path))?;
         r.read_range(0, r.file_length())
             .await
             .map_err(herr("read", &path))
+    }
+    async fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
+        let path = self.path(key);
+        let r = self.client.read(&path).await.map_err(herr("open", &path))?;
+        r.read_range(
+            range.start as usize,
+            range.end.saturating_sub(range.start) as usize,
+        )
+        .await
+        .map_err(herr("read", &path))
+    }
+    async fn list_dirs(&self, dir: &str) -> Result<Vec<String>> {
+        let path = self.path(dir);
+        let statuses = match self.client.list_status(&path, false).await {
+            Ok(s) => s,
+            Err(HdfsError::FileNotFound(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(herr("list", &path)(e)),
+        };
+        let mut names: Vec<String> = statuses
+            .into_iter()
+            .filter(|s| s.isdir)
+            .filter_map(|s| s.path.rsplit('/').next().map(str::to_string))
+            .filter(|n| !n.is_empty())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+    async fn delete_dir(&self, dir: &str) -> Result<()> {
+        let path = self.path(dir);
+        match self.client.delete(&path, true).await {
+            Ok(_) | Err(HdfsError::FileNotFound(_)) => Ok(()),
+            Err(e) => Err(herr("delete", &path)(e)),
+        }
     }
     async fn head(&self, key: &str) -> Result<Option<u64>> {
         let path = self.path(key);

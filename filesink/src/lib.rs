@@ -69,7 +69,8 @@
 //!   files are merged: temporary files (local), not multipart uploads (S3).
 //!
 //! - HDFS (`hdfs://namenode:port/path`, or `hdfs:///path` with `storage.hdfs.nameNode`) needs the
-//!   cargo feature `hdfs` (hdfs-native, pure Rust): temporary file hsynced at checkpoints, closed
+//!   cargo feature `hdfs` (hdfs-native, pure Rust; the runtime enables it by default): temporary
+//!   file hsynced at checkpoints, closed
 //!   and renamed on commit; on restore the crashed writer's lease is recovered and bytes after the
 //!   checkpointed length are dropped by rewriting the file (no truncate).
 //!

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::UInt32Array;
+use arrow::array::{Int64Array, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
@@ -14,7 +14,7 @@ use streamjob_crds::units::{parse_duration, parse_size};
 use streamjob_crds::v1alpha1::{BucketTime, FileSinkSpec};
 use tracing::Instrument;
 
-use crate::bucket::BucketAssigner;
+use crate::bucket::{BucketAssigner, EventTime};
 use crate::error::{Error, Result};
 use crate::format::{Encoder, FormatKind};
 use crate::part::{Committable, PartStream, Recoverable, commit_detached, temp_key_for};
@@ -122,8 +122,11 @@ pub struct SinkMetrics {
 /// Options that do not come from the manifest.
 #[derive(Clone, Debug, Default)]
 pub struct FileSinkOptions {
-    /// Column holding event time (needed for event-time date-time buckets and markers).
+    /// Column holding event time (for event-time date-time buckets and markers).
     pub event_time_column: Option<String>,
+    /// Event times come beside each batch ([`FileSink::write_timed`]) instead of in a column,
+    /// as the runtime carries them.
+    pub event_times_beside_batches: bool,
     /// Multipart part size (at least and by default 5 MiB).
     pub part_size: Option<usize>,
 }
@@ -290,10 +293,15 @@ impl FileSink {
             )));
         }
         let format = FormatKind::from_spec(&spec.format)?;
-        let assigner = BucketAssigner::from_spec(
-            spec.bucket_assigner.as_ref(),
-            options.event_time_column.as_deref(),
-        )?;
+        let event_time = match (
+            &options.event_time_column,
+            options.event_times_beside_batches,
+        ) {
+            (Some(column), _) => EventTime::Column(column),
+            (None, true) => EventTime::BesideBatches,
+            (None, false) => EventTime::Missing,
+        };
+        let assigner = BucketAssigner::from_spec(spec.bucket_assigner.as_ref(), event_time)?;
         let policy = RollingPolicy::from_spec(spec.rolling_policy.as_ref(), format.is_bulk())?;
         let ofc = spec.output_file_config.clone().unwrap_or_default();
         let suffix = ofc
@@ -602,11 +610,26 @@ impl FileSink {
         processing_time: i64,
         watermark: Option<i64>,
     ) -> Result<()> {
+        self.write_timed(batch, None, processing_time, watermark)
+            .await
+    }
+
+    /// [`FileSink::write`] with each row's event time (epoch ms) beside the batch, for sinks
+    /// built with [`FileSinkOptions::event_times_beside_batches`].
+    pub async fn write_timed(
+        &mut self,
+        batch: &RecordBatch,
+        event_times: Option<&Int64Array>,
+        processing_time: i64,
+        watermark: Option<i64>,
+    ) -> Result<()> {
         self.check_init()?;
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let groups = self.assigner.assign(batch, processing_time)?;
+        let groups = self
+            .assigner
+            .assign_timed(batch, event_times, processing_time)?;
         let single = groups.len() == 1;
         for (bucket, rows, min_time) in groups {
             let sub = if single {

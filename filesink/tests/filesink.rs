@@ -174,6 +174,9 @@ impl Store for FaultStore {
         }
         r
     }
+    async fn put_new(&self, key: &str, data: Bytes) -> streamjob_filesink::Result<bool> {
+        guarded!(self, self.inner.put_new(key, data.clone()).await)
+    }
     async fn get(&self, key: &str) -> streamjob_filesink::Result<Bytes> {
         self.inner.get(key).await
     }
@@ -370,6 +373,7 @@ impl Job {
             options: FileSinkOptions {
                 event_time_column: Some("ts".into()),
                 part_size: None,
+                event_times_beside_batches: false,
             },
             compacted: 0,
         }
@@ -928,6 +932,7 @@ async fn success_marker_after_watermark_passes_bucket() {
     let opts = FileSinkOptions {
         event_time_column: Some("ts".into()),
         part_size: None,
+        event_times_beside_batches: false,
     };
     let mut sink = FileSink::new(&s, store.clone(), 0, 1, schema(), opts).unwrap();
     sink.initialize(vec![], 0).await.unwrap();
@@ -1343,6 +1348,7 @@ async fn minio_restore_aborts_orphan_uploads_found_by_listing() {
     let opts = FileSinkOptions {
         event_time_column: Some("ts".into()),
         part_size: None,
+        event_times_beside_batches: false,
     };
     let data = input(4, 100, 200);
     // first instance: one checkpoint (in-progress part-0-0 with a tail), then a crash
@@ -1416,59 +1422,13 @@ async fn minio_restore_aborts_orphan_uploads_found_by_listing() {
 // ---------------------------------------------------------------------------------------------
 
 #[cfg(feature = "hdfs")]
-struct MiniDfs {
-    child: tokio::process::Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-#[cfg(feature = "hdfs")]
-impl Drop for MiniDfs {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
-}
-
-/// Starts the project's MiniDFS launcher (`tools/minidfs`, Hadoop's MiniDFSCluster from Maven
-/// Central, loopback only). It stops by itself when its stdin closes, so a test that dies leaves
-/// no JVM behind.
-#[cfg(feature = "hdfs")]
-async fn start_minidfs() -> MiniDfs {
-    use tokio::io::AsyncBufReadExt;
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/minidfs/minidfs.sh");
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new("bash")
-        .arg(&script)
-        .arg(dir.path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the HDFS test needs bash, Java and Maven (tools/minidfs/minidfs.sh)");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = tokio::time::timeout(std::time::Duration::from_secs(300), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(url) = line.strip_prefix("MINIDFS_READY ") {
-                return url.to_string();
-            }
-        }
-        panic!("MiniDFS exited before it was ready (see its stderr above)");
-    })
-    .await
-    .expect("MiniDFS did not start within 300 s");
-    MiniDfs {
-        child,
-        url,
-        _dir: dir,
-    }
-}
+#[path = "../../tools/minidfs/launch.rs"]
+mod minidfs;
 
 #[cfg(feature = "hdfs")]
 #[tokio::test]
 async fn hdfs_exactly_once_json_csv_gzip_parquet() {
-    let dfs = start_minidfs().await;
+    let dfs = minidfs::start();
     for fmt in [Fmt::Json, Fmt::CsvGzip, Fmt::Parquet] {
         let root = format!("/sink-{fmt:?}");
         let inner: Arc<dyn Store> =
@@ -1481,6 +1441,40 @@ async fn hdfs_exactly_once_json_csv_gzip_parquet() {
         eprintln!("HDFS {fmt:?}: {attempts} attempts, {files} files, {bytes} bytes");
         assert!(attempts >= 6, "only {attempts} attempts");
     }
+    // what checkpoints, savepoints and fencing use, on a view of the process's HDFS client
+    let ck = streamjob_filesink::store::open(&format!("{}/ck/job", dfs.url), None).unwrap();
+    ck.put("chk-1/_metadata", Bytes::from_static(b"m1"))
+        .await
+        .unwrap();
+    ck.put("chk-2/state/0", Bytes::from_static(b"0123456789"))
+        .await
+        .unwrap();
+    assert_eq!(ck.list_dirs("").await.unwrap(), vec!["chk-1", "chk-2"]);
+    assert_eq!(
+        &ck.get_range("chk-2/state/0", 2..5).await.unwrap()[..],
+        b"234"
+    );
+    assert!(
+        ck.put_new("fence/e3", Bytes::from_static(b"a"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !ck.put_new("fence/e3", Bytes::from_static(b"b"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(&ck.get("fence/e3").await.unwrap()[..], b"a");
+    assert!(ck.get("chk-9/_metadata").await.unwrap_err().is_not_found());
+    ck.delete_dir("chk-2").await.unwrap();
+    let keys: Vec<_> = ck
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(keys, vec!["chk-1/_metadata", "fence/e3"]);
 }
 
 #[tokio::test]

@@ -24,7 +24,7 @@ pub enum Error {
     Storage {
         path: String,
         #[source]
-        source: object_store::Error,
+        source: streamjob_filesink::Error,
     },
 
     /// A storage URL or path could not be understood.

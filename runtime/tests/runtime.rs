@@ -1776,3 +1776,168 @@ fn a_cancelled_version_commits_nothing_more_and_its_sigterm_takes_no_checkpoint(
     assert_eq!(code, 0);
     assert_exactly_once(&out, &job);
 }
+
+#[path = "../../tools/minidfs/launch.rs"]
+mod minidfs;
+
+/// Checkpoints, savepoints, fence records and the file sink on HDFS (a MiniDFS cluster), through
+/// the runtime binary as a user runs it: `examples/hdfs-clicks.yaml` as written (only the name
+/// node address replaced) to its end; then a job with two SIGKILLs and `--resume`, a stop with
+/// savepoint (SIGINT) and a restore from it. Every window exactly once in the committed files.
+#[test]
+fn hdfs_example_and_sigkills_are_exactly_once() {
+    let dfs = minidfs::start();
+    let dir = tempfile::tempdir().unwrap();
+
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hdfs-clicks.yaml"),
+    )
+    .unwrap();
+    let as_written = "nameNode: hdfs://namenode.hdfs.svc:8020";
+    assert!(example.contains(as_written));
+    let example = example.replace(as_written, &format!("nameNode: {}", dfs.url));
+    let path = dir.path().join("hdfs-clicks.yaml");
+    std::fs::write(&path, example).unwrap();
+    let (code, _) = start(&["run", path.to_str().unwrap()]).finish();
+    assert_eq!(code, 0, "the HDFS example failed");
+    let (rows, got) = read_store_sink(&format!("{}/streamjob/clicks-hdfs/out", dfs.url));
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(7, 100, 200_000, 1000));
+
+    let root = format!("{}/jobs/hdfs-out", dfs.url);
+    // checkpoints on MiniDFS take about 1.5 s: enough records to outlast three rounds of them
+    let job = Job {
+        count: 600_000,
+        file_sink: Some(PathBuf::from(format!("{root}/out"))),
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "hdfs-out", &job);
+    let local = |name: &str| dir.path().join(name).display().to_string();
+    let text = std::fs::read_to_string(&m)
+        .unwrap()
+        .replace(&local("checkpoints"), &format!("{root}/checkpoints"))
+        .replace(&local("savepoints"), &format!("{root}/savepoints"));
+    std::fs::write(&m, text).unwrap();
+    let m = m.to_str().unwrap();
+    let mut last = 0;
+    for _ in 0..2 {
+        let mut run = start(&["run", m, "--resume"]);
+        last += 3;
+        assert!(run.wait_checkpoint(last), "finished before the kill");
+        run.child.kill().unwrap(); // SIGKILL
+        run.finish();
+    }
+    let run = start(&["run", m, "--resume"]);
+    assert!(
+        run.wait_checkpoint(last + 1),
+        "finished before the savepoint"
+    );
+    kill(&run, "-INT");
+    let (code, lines) = run.finish();
+    assert_eq!(code, 0, "stop with savepoint failed: {lines:?}");
+    let savepoint = savepoint_line(&lines);
+    assert!(
+        savepoint.starts_with(&format!("{root}/savepoints/")),
+        "{savepoint}"
+    );
+    let (code, _) = start(&["run", m, "--from-savepoint", &savepoint]).finish();
+    assert_eq!(code, 0);
+    let (rows, got) = read_store_sink(&format!("{root}/out"));
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+}
+
+/// Committed rows of a file sink on any store (read through the storage layer).
+fn read_store_sink(url: &str) -> (usize, Aggregates) {
+    use streamjob_filesink::Store;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = streamjob_filesink::store::open(url, None).unwrap();
+        let mut got = Aggregates::new();
+        let mut rows = 0;
+        for object in store.list("").await.unwrap() {
+            // hidden files and folders (in-progress files, `.streamjob/`) are not output
+            if object.key.split('/').any(|part| part.starts_with('.')) {
+                continue;
+            }
+            let bytes = store.get(&object.key).await.unwrap();
+            let lines: Vec<String> = String::from_utf8(bytes.to_vec())
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect();
+            rows += lines.len();
+            collect(&lines, &mut got);
+        }
+        (rows, got)
+    })
+}
+
+/// `bucketAssigner.dateTime.time: event` and `successMarker` through the runtime (the engine
+/// keeps event time beside the records): every record in the bucket of its own event time,
+/// exactly once across a SIGKILL, and a `_SUCCESS` marker in every bucket once the watermark
+/// has passed it and its files are committed.
+#[test]
+fn event_time_buckets_and_success_markers_across_a_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let count = 30_000u64;
+    let text = format!(
+        "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata:\n  name: by-event-second\nspec:\n  image: streamjob-runtime:test\n  parallelism: 2\n  maxParallelism: 128\n  checkpoints: {{dir: {ck}, interval: 200ms, retained: 2}}\n  savepoints: {{dir: {sp}}}\n  pipeline:\n    - uid: gen\n      source:\n        generator: {{count: {count}, keys: 5, seed: 7, ratePerSecond: 10000, eventInterval: 1ms}}\n    - uid: out\n      fileSink:\n        path: {out}\n        format: {{jsonLines: {{}}}}\n        bucketAssigner: {{dateTime: {{format: \"%H%M%S\", timezone: UTC, time: event}}}}\n        rollingPolicy: {{onCheckpoint: {{}}}}\n        successMarker: {{allowedLateness: 1s}}\n",
+        ck = dir.path().join("checkpoints").display(),
+        sp = dir.path().join("savepoints").display(),
+        out = out.display(),
+    );
+    let m = dir.path().join("by-event-second.yaml");
+    std::fs::write(&m, text).unwrap();
+    let m = m.to_str().unwrap();
+    let mut run = start(&["run", m, "--resume"]);
+    assert!(run.wait_checkpoint(3), "finished before the kill");
+    run.child.kill().unwrap(); // SIGKILL
+    run.finish();
+    let (code, _) = start(&["run", m, "--resume"]).finish();
+    assert_eq!(code, 0);
+
+    let mut seen = BTreeSet::new();
+    let mut buckets = BTreeSet::new();
+    let mut markers = BTreeSet::new();
+    for f in walk(&out) {
+        let rel = f.strip_prefix(&out).unwrap();
+        let parts: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if parts.iter().any(|p| p.starts_with('.')) {
+            continue;
+        }
+        let bucket = parts[0].clone();
+        if parts[1] == "_SUCCESS" {
+            markers.insert(bucket);
+            continue;
+        }
+        for line in std::fs::read_to_string(&f).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let id = v["id"].as_u64().unwrap();
+            let ts = generator_ts(DEFAULT_START_MS, 1, id);
+            let own = chrono::DateTime::from_timestamp_millis(ts)
+                .unwrap()
+                .format("%H%M%S")
+                .to_string();
+            assert_eq!(
+                bucket, own,
+                "record {id} (event time {ts}) in bucket {bucket}"
+            );
+            assert!(seen.insert(id), "record {id} written twice");
+        }
+        buckets.insert(bucket);
+    }
+    assert_eq!(seen.len() as u64, count, "records missing");
+    assert_eq!(buckets.len(), 30, "one bucket per event-time second");
+    assert_eq!(
+        markers, buckets,
+        "a _SUCCESS marker in every finished bucket"
+    );
+}

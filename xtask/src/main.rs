@@ -83,6 +83,38 @@ fn root() -> PathBuf {
 fn cargo() -> Command {
     let mut command = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()));
     command.current_dir(root());
+    // `cargo run` (the `xtask` alias) describes xtask to it in the environment (CARGO_PKG_NAME,
+    // CARGO_MANIFEST_DIR, ...) and puts the target and toolchain library folders in front of
+    // LD_LIBRARY_PATH. Build scripts declare `rerun-if-env-changed` on such names (ring does on
+    // CARGO_PKG_NAME), and cargo compares its own environment: a nested build would not match the
+    // builds run from a shell and would recompile ring, rustls and everything above them.
+    for (name, _) in env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "OUT_DIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            command.env_remove(name.as_ref());
+        }
+    }
+    if let Some(paths) = env::var_os("LD_LIBRARY_PATH") {
+        let injected = |p: &Path| {
+            p.starts_with(target_dir())
+                || env::var_os("RUSTUP_HOME").is_some_and(|home| p.starts_with(home))
+        };
+        let kept: Vec<PathBuf> = env::split_paths(&paths).filter(|p| !injected(p)).collect();
+        if kept.is_empty() {
+            command.env_remove("LD_LIBRARY_PATH");
+        } else if let Ok(joined) = env::join_paths(kept) {
+            command.env("LD_LIBRARY_PATH", joined);
+        }
+    }
     command
 }
 
@@ -117,8 +149,11 @@ const KUBE_VERSION: &str = "1.36.3";
 
 const CRD_PATH: &str = "charts/streamjob-operator/crds/streamjob.io_streamjobs.yaml";
 
+/// The CRD YAML `crdgen` prints, from the binary [`build_all`] built (`cargo run -p` would build
+/// the crate's dependencies once more, with other features).
 fn generated_crd() -> Result<String, String> {
-    output(cargo().args(["run", "--quiet", "-p", "streamjob-crds", "--bin", "crdgen"]))
+    build_all()?;
+    output(&mut built_binary("crdgen"))
 }
 
 fn generate() -> Result<(), String> {
@@ -140,19 +175,7 @@ fn lint() -> Result<(), String> {
         "-D",
         "warnings",
     ]))?;
-    // Code behind the HDFS feature is compiled only with it.
-    run(cargo().args([
-        "clippy",
-        "-p",
-        "streamjob-filesink",
-        "--features",
-        "hdfs",
-        "--all-targets",
-        "--locked",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    // The HDFS code is checked too: the runtime enables the sink's `hdfs` feature by default.
     let checked_in = fs::read_to_string(root().join(CRD_PATH))
         .map_err(|e| format!("cannot read {CRD_PATH}: {e}"))?;
     if checked_in != generated_crd()? {
@@ -236,30 +259,85 @@ fn helm_lint() -> Result<(), String> {
     Ok(())
 }
 
-/// Unit and integration tests: the local file system, MinIO (the file sink starts its own) and a
-/// MiniDFS cluster (Java, from Maven Central) for HDFS.
-/// The packages the engine's tests and binaries are built with. Build and test use the same
-/// selection: features are unified over the selected packages, and a different selection would
-/// rebuild datafusion, arrow and parquet with other features on every run.
-const ENGINE: [&str; 3] = ["--workspace", "--exclude", "streamjob-e2e"];
+/// Every build and test selects the whole workspace with its dev-dependencies. Cargo unifies
+/// features over the selected packages (and over dev-dependencies when a test target is built):
+/// one selection compiles datafusion, arrow and parquet once; each other selection (`--bins`,
+/// `-p streamjob-e2e`, `--exclude`) would compile them again with other features.
+fn build_all() -> Result<(), String> {
+    run(cargo().args(["build", "--locked", "--workspace", "--all-targets"]))
+}
 
+/// The package whose integration tests are the end-to-end suite (they need the control plane).
+const E2E_DIR: &str = "e2e";
+
+/// `--test NAME` arguments for the workspace's integration tests (`<crate>/tests/*.rs`): those of
+/// the end-to-end package when `e2e`, the others otherwise. Selecting test targets by name keeps
+/// the package selection (`--workspace`) and with it the features of [`build_all`].
+fn integration_tests(e2e: bool) -> Result<Vec<String>, String> {
+    let mut all: Vec<(String, String)> = Vec::new();
+    let entries = fs::read_dir(root()).map_err(|e| format!("cannot list the workspace: {e}"))?;
+    for entry in entries.flatten() {
+        let krate = entry.file_name().to_string_lossy().into_owned();
+        let Ok(tests) = fs::read_dir(entry.path().join("tests")) else {
+            continue;
+        };
+        if !entry.path().join("Cargo.toml").exists() {
+            continue;
+        }
+        for test in tests.flatten() {
+            let path = test.path();
+            let name = if path.extension().is_some_and(|x| x == "rs") {
+                path.file_stem()
+            } else if path.join("main.rs").exists() {
+                path.file_name()
+            } else {
+                None
+            };
+            if let Some(name) = name {
+                all.push((krate.clone(), name.to_string_lossy().into_owned()));
+            }
+        }
+    }
+    all.sort();
+    let mut args = Vec::new();
+    for (i, (krate, name)) in all.iter().enumerate() {
+        if all[..i].iter().any(|(_, other)| other == name) {
+            return Err(format!(
+                "integration test {name:?} exists in two crates ({krate} and another): \
+                 `--test {name}` would select both; rename one"
+            ));
+        }
+        if (krate == E2E_DIR) == e2e {
+            args.extend(["--test".to_string(), name.clone()]);
+        }
+    }
+    Ok(args)
+}
+
+fn target_dir() -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+/// A binary [`build_all`] built, run directly: `cargo run -p` would select one package and
+/// compile its dependencies with other features.
+fn built_binary(name: &str) -> Command {
+    let mut command = Command::new(target_dir().join("debug").join(name));
+    command.current_dir(root());
+    command
+}
+
+/// Unit and integration tests: the local file system, MinIO (the file sink starts its own), a
+/// MiniDFS cluster (Java, from Maven Central) for HDFS and a Kafka broker. Doc tests run on
+/// their own (`--doc` cannot be combined with other targets).
 fn unit() -> Result<(), String> {
     install()?;
+    build_all()?;
     run(cargo()
-        .args(["build", "--locked", "--all-targets"])
-        .args(ENGINE))?;
-    run(cargo().args(["test", "--locked"]).args(ENGINE))?;
-    run(cargo().args([
-        "test",
-        "--locked",
-        "-p",
-        "streamjob-filesink",
-        "--features",
-        "hdfs",
-        "--test",
-        "filesink",
-        "hdfs",
-    ]))
+        .args(["test", "--locked", "--workspace", "--lib", "--bins"])
+        .args(integration_tests(false)?))?;
+    run(cargo().args(["test", "--locked", "--workspace", "--doc"]))
 }
 
 fn install() -> Result<(), String> {
@@ -270,16 +348,11 @@ fn install() -> Result<(), String> {
 
 fn e2e() -> Result<(), String> {
     install()?;
-    run(cargo().args(["build", "--locked", "--bins"]).args(ENGINE))?;
-    run(cargo().args(["build", "--locked", "--bins", "-p", "streamjob-e2e"]))?;
-    run(cargo().args([
-        "test",
-        "--locked",
-        "-p",
-        "streamjob-e2e",
-        "--",
-        "--test-threads=1",
-    ]))
+    build_all()?;
+    run(cargo()
+        .args(["test", "--locked", "--workspace"])
+        .args(integration_tests(true)?)
+        .args(["--", "--test-threads=1"]))
 }
 
 /// The fuzz targets (`fuzz_*` in each crate's `src/fuzz.rs`): proptest strategies over arbitrary
@@ -301,8 +374,7 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         }
     };
     run(cargo()
-        .args(["test", "--locked", "--lib", "--no-fail-fast"])
-        .args(ENGINE)
+        .args(["test", "--locked", "--workspace", "--lib", "--no-fail-fast"])
         .args(["--", "fuzz_", "--test-threads=1", "--nocapture"])
         .env("STREAMJOB_FUZZ_SECONDS", seconds.to_string()))
 }
@@ -316,14 +388,7 @@ fn fuzz(args: &[String]) -> Result<(), String> {
 /// reads every record; its figures are not the engine's.
 fn kafka_bench(quick: bool, release: bool) -> Result<(), String> {
     install()?;
-    run(cargo().args([
-        "build",
-        "--locked",
-        "-p",
-        "streamjob-e2e",
-        "--bin",
-        "kafka-broker",
-    ]))?;
+    build_all()?;
     if release {
         run(cargo().args([
             "build",
@@ -335,9 +400,7 @@ fn kafka_bench(quick: bool, release: bool) -> Result<(), String> {
             "streamjob-runtime",
         ]))?;
     }
-    let target = env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
+    let target = target_dir();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("no free port: {e}"))?
@@ -397,19 +460,8 @@ fn test() -> Result<(), String> {
 /// its output checked exactly-once; arguments go to the binary.
 fn soak(args: &[String]) -> Result<(), String> {
     install()?;
-    run(cargo().args(["build", "--locked", "--bins"]).args(ENGINE))?;
-    run(cargo().args(["build", "--locked", "--bins", "-p", "streamjob-e2e"]))?;
-    run(cargo()
-        .args([
-            "run",
-            "--locked",
-            "-p",
-            "streamjob-e2e",
-            "--bin",
-            "soak",
-            "--",
-        ])
-        .args(args))
+    build_all()?;
+    run(built_binary("soak").args(args))
 }
 
 /// The engine's own Nexmark benchmark, the file sink benchmark (per format, local disk and
@@ -464,17 +516,8 @@ fn bench(args: &[String]) -> Result<(), String> {
     // The operator on the e2e environment: output gap across InPlace/Shadow upgrades, and
     // 1,000 suspended StreamJobs (200 with --quick) against a baseline of 10.
     install()?;
-    run(cargo().args(["build", "--locked", "--bins"]).args(ENGINE))?;
-    let mut operator = cargo();
-    operator.args([
-        "run",
-        "--locked",
-        "-p",
-        "streamjob-e2e",
-        "--bin",
-        "operator-bench",
-        "--",
-    ]);
+    build_all()?;
+    let mut operator = built_binary("operator-bench");
     if quick {
         operator.arg("--quick");
     }

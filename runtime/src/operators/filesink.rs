@@ -65,7 +65,11 @@ impl Operator for FileSinkOperator {
             ctx.subtask as u32,
             ctx.parallelism as u32,
             self.schema.clone(),
-            FileSinkOptions::default(),
+            // the engine keeps event time beside the records (`DataBatch::event_time`)
+            FileSinkOptions {
+                event_times_beside_batches: true,
+                ..FileSinkOptions::default()
+            },
         )
         .map_err(|e| sink_err(&ctx.uid, ctx.subtask, e))?;
         let all: Vec<SinkSubtaskState> = restored
@@ -95,7 +99,7 @@ impl Operator for FileSinkOperator {
         let now = chrono::Utc::now().timestamp_millis();
         let (uid, subtask) = (ctx.uid.clone(), ctx.subtask);
         self.sink(ctx)?
-            .write(&batch.records, now, wm)
+            .write_timed(&batch.records, Some(&batch.event_time), now, wm)
             .await
             .map_err(|e| sink_err(&uid, subtask, e))
     }

@@ -1,0 +1,247 @@
+//! Stores from URLs and a manifest's `spec.storage`, with one client per store and process.
+//!
+//! A process (a runtime pod, a worker, a test) may open the same bucket many times: checkpoints,
+//! savepoints, each files source and each sink subtask. They all get a [`Prefixed`] view of one
+//! shared client (one connection pool, one credential cache) behind one [`ConnectionGate`] per
+//! scheme, so `storage.limits` bounds every reader and writer of the process together, as Flink's
+//! `fs.<scheme>.limit.*` do.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use streamjob_crds::v1alpha1::StorageSpec;
+
+use super::{ConnectionGate, LimitedStore, LocalStore, Prefixed, S3Store, Store};
+use crate::error::{Error, Result};
+use crate::retry::RetryPolicy;
+
+/// Where a URL points: the shared client it needs, and the directory below that client's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    /// An S3 bucket.
+    S3 { bucket: String },
+    /// An HDFS name node (`hdfs://host:port`).
+    Hdfs { name_node: String },
+    /// The local file system (rooted at `/`).
+    Local,
+}
+
+impl Target {
+    fn scheme(&self) -> &'static str {
+        match self {
+            Target::S3 { .. } => "s3",
+            Target::Hdfs { .. } => "hdfs",
+            Target::Local => "file",
+        }
+    }
+}
+
+/// Splits a URL into its target and the directory below the target's root.
+fn parse(url: &str, storage: Option<&StorageSpec>) -> Result<(Target, String)> {
+    let url = url.trim_end_matches('/');
+    if url.starts_with("s3://") || url.starts_with("s3a://") {
+        let (bucket, prefix) = parse_s3_url(url)?;
+        return Ok((Target::S3 { bucket }, prefix));
+    }
+    if let Some(rest) = url.strip_prefix("hdfs://") {
+        // hdfs://namenode:port/path, or hdfs:///path with storage.hdfs.nameNode
+        let (authority, dir) = rest.split_once('/').unwrap_or((rest, ""));
+        let name_node = if authority.is_empty() {
+            storage
+                .and_then(|s| s.hdfs.as_ref())
+                .map(|h| h.name_node.trim_end_matches('/').to_string())
+                .ok_or_else(|| {
+                    Error::Config(format!("{url}: hdfs:///path needs storage.hdfs.nameNode"))
+                })?
+        } else {
+            format!("hdfs://{authority}")
+        };
+        return Ok((
+            Target::Hdfs { name_node },
+            dir.trim_matches('/').to_string(),
+        ));
+    }
+    let local = match url.strip_prefix("file://") {
+        Some(path) => path,
+        None if url.contains("://") => {
+            return Err(Error::Config(format!(
+                "{url}: unknown scheme; use s3://, hdfs://, file:// or a local path"
+            )));
+        }
+        None => url,
+    };
+    let local = if local.is_empty() { "/" } else { local };
+    let absolute = std::path::absolute(local)
+        .map_err(|e| Error::Config(format!("{url}: not a usable local path: {e}")))?;
+    let dir = absolute
+        .to_str()
+        .ok_or_else(|| Error::Config(format!("{url}: the path is not UTF-8")))?
+        .trim_matches('/')
+        .to_string();
+    Ok((Target::Local, dir))
+}
+
+/// Splits `s3://bucket/prefix` into bucket and prefix.
+pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
+    let rest = url
+        .strip_prefix("s3://")
+        .or_else(|| url.strip_prefix("s3a://"))
+        .ok_or_else(|| Error::Config(format!("not an s3:// URL: {url}")))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(Error::Config(format!("no bucket in {url}")));
+    }
+    Ok((bucket.to_string(), prefix.trim_matches('/').to_string()))
+}
+
+/// The store at `url`: `s3://bucket/prefix` (`storage.s3`; credentials from the AWS chain: the
+/// environment's keys and session token — which the operator fills from the credentials Secret —
+/// web identity / IRSA, EKS Pod Identity and ECS container credentials, then the instance
+/// profile), `hdfs://namenode:port/path` (or `hdfs:///path` with `storage.hdfs.nameNode`; cargo
+/// feature `hdfs`), `file:///dir` or a plain local path. A view of the process's one client for
+/// that store, behind the process's connection gate for its scheme (`storage.limits`).
+pub fn open(url: &str, storage: Option<&StorageSpec>) -> Result<Prefixed> {
+    let (target, dir) = parse(url, storage)?;
+    let policy = RetryPolicy::for_storage(storage)?;
+    // the configuration a client is built from is its identity: two manifests with different
+    // settings for the same bucket get two clients
+    // The tokio runtime is part of it too: clients keep connections and background tasks on
+    // the runtime that made them, which dies with it (one runtime per process in the binaries;
+    // one per test under #[tokio::test]).
+    let runtime = tokio::runtime::Handle::try_current().map(|h| h.id().to_string());
+    let identity = format!(
+        "{target:?}|{:?}|{policy:?}|{:?}|{runtime:?}",
+        storage.and_then(|s| s.s3.as_ref()),
+        storage.and_then(|s| s.limits.as_ref()),
+    );
+    let identity = match &target {
+        // the environment's credentials are part of an S3 client (tests change them in-process)
+        Target::S3 { .. } => format!(
+            "{identity}|{}",
+            std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_default()
+        ),
+        _ => identity,
+    };
+    let mut clients = clients()
+        .lock()
+        .map_err(|_| Error::State("store registry poisoned".into()))?;
+    if let Some(client) = clients.get(&identity) {
+        return Ok(Prefixed::new(client.clone(), &dir));
+    }
+    let client = build(&target, storage, policy)?;
+    let client: Arc<dyn Store> = match storage.and_then(|s| s.limits.as_ref()) {
+        Some(limits) => {
+            let gate = gates()
+                .lock()
+                .map_err(|_| Error::State("connection gates poisoned".into()))?
+                .entry(format!("{}|{limits:?}", target.scheme()))
+                .or_insert_with(|| {
+                    ConnectionGate::new(limits)
+                        .map(Arc::new)
+                        .map_err(|e| GateError(e.to_string()))
+                })
+                .clone()?;
+            Arc::new(LimitedStore::shared(client, gate))
+        }
+        None => client,
+    };
+    clients.insert(identity, client.clone());
+    Ok(Prefixed::new(client, &dir))
+}
+
+/// [`open`] as a trait object (what the file sink holds).
+pub fn open_store(url: &str, storage: Option<&StorageSpec>) -> Result<Arc<dyn Store>> {
+    Ok(Arc::new(open(url, storage)?))
+}
+
+/// The process's clients, by the configuration they were built from.
+fn clients() -> &'static Mutex<HashMap<String, Arc<dyn Store>>> {
+    static CLIENTS: OnceLock<Mutex<HashMap<String, Arc<dyn Store>>>> = OnceLock::new();
+    CLIENTS.get_or_init(Default::default)
+}
+
+/// The process's connection gates, by scheme and limits. A failed parse of the limits is kept
+/// too, so every opener reports it.
+type Gates = HashMap<String, Result<Arc<ConnectionGate>, GateError>>;
+
+/// [`Error`] is not `Clone`; the gate's only failure is a bad duration, kept as its message.
+#[derive(Debug, Clone)]
+struct GateError(String);
+
+impl From<GateError> for Error {
+    fn from(e: GateError) -> Self {
+        Error::Config(e.0)
+    }
+}
+
+fn gates() -> &'static Mutex<Gates> {
+    static GATES: OnceLock<Mutex<Gates>> = OnceLock::new();
+    GATES.get_or_init(Default::default)
+}
+
+/// A new client rooted at the target's root.
+fn build(
+    target: &Target,
+    storage: Option<&StorageSpec>,
+    policy: RetryPolicy,
+) -> Result<Arc<dyn Store>> {
+    match target {
+        Target::S3 { bucket } => build_s3(bucket, storage, policy),
+        Target::Hdfs { name_node } => build_hdfs(name_node, policy),
+        Target::Local => Ok(Arc::new(LocalStore::new("/").with_retry_policy(policy))),
+    }
+}
+
+fn build_s3(
+    bucket: &str,
+    storage: Option<&StorageSpec>,
+    policy: RetryPolicy,
+) -> Result<Arc<dyn Store>> {
+    let s3 = storage.and_then(|s| s.s3.clone()).unwrap_or_default();
+    // from_env: AWS_ACCESS_KEY_ID / _SECRET_ACCESS_KEY / _SESSION_TOKEN, AWS_WEB_IDENTITY_TOKEN_FILE
+    // with AWS_ROLE_ARN (IRSA), AWS_CONTAINER_CREDENTIALS_FULL_URI (EKS Pod Identity), ..., then
+    // the instance metadata service; the manifest's settings win over the environment's
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_allow_http(s3.allow_http)
+        .with_virtual_hosted_style_request(s3.virtual_hosted_style)
+        .with_retry(policy.object_store())
+        .with_client_options(policy.client_options(s3.allow_http));
+    if let Some(endpoint) = &s3.endpoint {
+        builder = builder.with_endpoint(endpoint);
+    }
+    if let Some(region) = &s3.region {
+        builder = builder.with_region(region);
+    }
+    let region = builder
+        .get_config_value(&AmazonS3ConfigKey::Region)
+        .unwrap_or_else(|| "us-east-1".into());
+    let builder = builder.with_region(&region);
+    let endpoint = builder.get_config_value(&AmazonS3ConfigKey::Endpoint);
+    let client = builder.build().map_err(|e| Error::Store {
+        op: "configure",
+        path: format!("s3://{bucket}"),
+        retried: false,
+        source: e,
+    })?;
+    Ok(Arc::new(
+        S3Store::new(client, bucket, "")
+            .with_endpoint(endpoint.as_deref(), &region, s3.virtual_hosted_style)
+            .with_retry_policy(policy),
+    ))
+}
+
+#[cfg(feature = "hdfs")]
+fn build_hdfs(name_node: &str, policy: RetryPolicy) -> Result<Arc<dyn Store>> {
+    Ok(Arc::new(
+        crate::hdfs::HdfsStore::new(name_node, "/")?.with_retry_policy(policy),
+    ))
+}
+
+#[cfg(not(feature = "hdfs"))]
+fn build_hdfs(name_node: &str, _policy: RetryPolicy) -> Result<Arc<dyn Store>> {
+    Err(Error::Config(format!(
+        "{name_node}: this build has no HDFS support (cargo feature `hdfs` of streamjob-filesink)"
+    )))
+}
