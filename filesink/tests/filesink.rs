@@ -1421,6 +1421,53 @@ async fn minio_restore_aborts_orphan_uploads_found_by_listing() {
 // HDFS (feature `hdfs`): a MiniDFS cluster from the hadoop-client-minicluster Maven artifact
 // ---------------------------------------------------------------------------------------------
 
+/// What checkpoints, savepoints and fencing need of a directory of any store (the runtime's
+/// `Location` is such a view): sub-directories, ranges, create-if-absent, not-found, removal.
+async fn check_directory_view(ck: &dyn Store) {
+    ck.put("chk-1/_metadata", Bytes::from_static(b"m1"))
+        .await
+        .unwrap();
+    ck.put("chk-2/state/0", Bytes::from_static(b"0123456789"))
+        .await
+        .unwrap();
+    assert_eq!(ck.list_dirs("").await.unwrap(), vec!["chk-1", "chk-2"]);
+    assert_eq!(
+        &ck.get_range("chk-2/state/0", 2..5).await.unwrap()[..],
+        b"234"
+    );
+    let first = ck.put_new("fence/e3", Bytes::from_static(b"a")).await;
+    assert!(first.unwrap(), "the name was free");
+    let second = ck.put_new("fence/e3", Bytes::from_static(b"b")).await;
+    assert!(!second.unwrap(), "the name was taken");
+    assert_eq!(&ck.get("fence/e3").await.unwrap()[..], b"a");
+    let missing = ck.get("chk-9/_metadata").await.unwrap_err();
+    assert!(missing.is_not_found(), "{missing}");
+    ck.delete_dir("chk-2").await.unwrap();
+    let keys: Vec<_> = ck
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(keys, vec!["chk-1/_metadata", "fence/e3"]);
+    assert_eq!(ck.list_dirs("").await.unwrap(), vec!["chk-1", "fence"]);
+}
+
+#[tokio::test]
+async fn local_directory_view_serves_checkpoints_and_fencing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = streamjob_filesink::store::open(dir.path().to_str().unwrap(), None).unwrap();
+    let ck = root.child("ck/job");
+    check_directory_view(&ck).await;
+    assert_eq!(root.head("ck/job/chk-1/_metadata").await.unwrap(), Some(2));
+    assert!(!dir.path().join("ck/job/chk-2").exists());
+    assert_eq!(
+        ck.describe(),
+        format!("file://{}/ck/job", dir.path().display())
+    );
+}
+
 #[cfg(feature = "hdfs")]
 #[path = "../../tools/minidfs/launch.rs"]
 mod minidfs;
@@ -1443,38 +1490,7 @@ async fn hdfs_exactly_once_json_csv_gzip_parquet() {
     }
     // what checkpoints, savepoints and fencing use, on a view of the process's HDFS client
     let ck = streamjob_filesink::store::open(&format!("{}/ck/job", dfs.url), None).unwrap();
-    ck.put("chk-1/_metadata", Bytes::from_static(b"m1"))
-        .await
-        .unwrap();
-    ck.put("chk-2/state/0", Bytes::from_static(b"0123456789"))
-        .await
-        .unwrap();
-    assert_eq!(ck.list_dirs("").await.unwrap(), vec!["chk-1", "chk-2"]);
-    assert_eq!(
-        &ck.get_range("chk-2/state/0", 2..5).await.unwrap()[..],
-        b"234"
-    );
-    assert!(
-        ck.put_new("fence/e3", Bytes::from_static(b"a"))
-            .await
-            .unwrap()
-    );
-    assert!(
-        !ck.put_new("fence/e3", Bytes::from_static(b"b"))
-            .await
-            .unwrap()
-    );
-    assert_eq!(&ck.get("fence/e3").await.unwrap()[..], b"a");
-    assert!(ck.get("chk-9/_metadata").await.unwrap_err().is_not_found());
-    ck.delete_dir("chk-2").await.unwrap();
-    let keys: Vec<_> = ck
-        .list("")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| o.key)
-        .collect();
-    assert_eq!(keys, vec!["chk-1/_metadata", "fence/e3"]);
+    check_directory_view(&ck).await;
 }
 
 #[tokio::test]

@@ -23,8 +23,9 @@ pub enum Error {
     #[error("storage error at {path}: {source}")]
     Storage {
         path: String,
+        /// Boxed: the storage layer's error is large, and this one is returned everywhere.
         #[source]
-        source: streamjob_filesink::Error,
+        source: Box<streamjob_filesink::Error>,
     },
 
     /// A storage URL or path could not be understood.

@@ -60,7 +60,7 @@ impl Location {
     fn err(&self, rel: &str, source: streamjob_filesink::Error) -> Error {
         Error::Storage {
             path: format!("{}/{}", self.display, rel.trim_start_matches('/')),
-            source,
+            source: Box::new(source),
         }
     }
 

@@ -1018,30 +1018,7 @@ fn assert_exactly_once(out: &Path, job: &Job) {
 
 /// Committed (visible) rows of the file sink: (row count, aggregates).
 fn read_sink(out: &Path) -> (usize, Aggregates) {
-    let mut got = Aggregates::new();
-    let mut rows = 0;
-    if !out.exists() {
-        return (0, got);
-    }
-    for f in walk(out) {
-        // hidden files and folders (in-progress files, `.streamjob/` markers) are not output,
-        // as for Hive and Spark readers
-        let rel = f.strip_prefix(out).unwrap();
-        if rel
-            .components()
-            .any(|c| c.as_os_str().to_string_lossy().starts_with('.'))
-        {
-            continue;
-        }
-        let lines: Vec<String> = std::fs::read_to_string(&f)
-            .unwrap()
-            .lines()
-            .map(str::to_string)
-            .collect();
-        rows += lines.len();
-        collect(&lines, &mut got);
-    }
-    (rows, got)
+    read_store_sink(out.to_str().unwrap())
 }
 
 fn copy_dir(from: &Path, to: &Path) {
