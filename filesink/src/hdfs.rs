@@ -32,10 +32,20 @@ impl std::fmt::Debug for HdfsStore {
     }
 }
 
+/// Whether the file or directory does not exist. The name node answers some calls (a read of a
+/// missing file) with the Java exception itself rather than an empty answer.
+fn is_missing(e: &HdfsError) -> bool {
+    match e {
+        HdfsError::FileNotFound(_) => true,
+        HdfsError::RPCError(class, _) => class.ends_with("FileNotFoundException"),
+        _ => false,
+    }
+}
+
 fn herr(op: &'static str, path: &str) -> impl FnOnce(HdfsError) -> Error {
     let path = path.to_string();
     move |e| match e {
-        HdfsError::FileNotFound(_) => Error::NotFound { op, path },
+        e if is_missing(&e) => Error::NotFound { op, path },
         e => Error::Hdfs {
             op,
             path,
@@ -85,7 +95,7 @@ impl HdfsStore {
     async fn info(&self, path: &str) -> Result<Option<FileStatus>> {
         match self.client.get_file_info(path).await {
             Ok(s) => Ok(Some(s)),
-            Err(HdfsError::FileNotFound(_)) => Ok(None),
+            Err(e) if is_missing(&e) => Ok(None),
             Err(e) => Err(herr("stat", path)(e)),
         }
     }
@@ -192,7 +202,7 @@ impl Store for HdfsStore {
         let path = self.path(dir);
         let statuses = match self.client.list_status(&path, false).await {
             Ok(s) => s,
-            Err(HdfsError::FileNotFound(_)) => return Ok(Vec::new()),
+            Err(e) if is_missing(&e) => return Ok(Vec::new()),
             Err(e) => return Err(herr("list", &path)(e)),
         };
         let mut names: Vec<String> = statuses
@@ -207,7 +217,8 @@ impl Store for HdfsStore {
     async fn delete_dir(&self, dir: &str) -> Result<()> {
         let path = self.path(dir);
         match self.client.delete(&path, true).await {
-            Ok(_) | Err(HdfsError::FileNotFound(_)) => Ok(()),
+            Ok(_) => Ok(()),
+            Err(e) if is_missing(&e) => Ok(()),
             Err(e) => Err(herr("delete", &path)(e)),
         }
     }
@@ -223,7 +234,7 @@ impl Store for HdfsStore {
         let path = self.path(prefix);
         let statuses = match self.client.list_status(&path, true).await {
             Ok(s) => s,
-            Err(HdfsError::FileNotFound(_)) => return Ok(Vec::new()),
+            Err(e) if is_missing(&e) => return Ok(Vec::new()),
             Err(e) => return Err(herr("list", &path)(e)),
         };
         let strip = if self.root == "/" {
@@ -252,7 +263,8 @@ impl Store for HdfsStore {
     async fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key);
         match self.client.delete(&path, false).await {
-            Ok(_) | Err(HdfsError::FileNotFound(_)) => Ok(()),
+            Ok(_) => Ok(()),
+            Err(e) if is_missing(&e) => Ok(()),
             Err(e) => Err(herr("delete", &path)(e)),
         }
     }

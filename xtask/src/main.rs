@@ -118,30 +118,41 @@ fn cargo() -> Command {
     command
 }
 
+/// A command as a shell line: program and arguments (not the environment [`cargo`] cleans).
+fn shown(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|part| part.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn run(command: &mut Command) -> Result<(), String> {
-    eprintln!("+ {command:?}");
+    eprintln!("+ {}", shown(command));
     let status = command
         .status()
-        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+        .map_err(|e| format!("cannot start {}: {e}", shown(command)))?;
     if status.success() {
         Ok(())
     } else {
-        Err(format!("{command:?} exited with {status}"))
+        Err(format!("{} exited with {status}", shown(command)))
     }
 }
 
 fn output(command: &mut Command) -> Result<String, String> {
     let out = command
         .output()
-        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+        .map_err(|e| format!("cannot start {}: {e}", shown(command)))?;
     if !out.status.success() {
         return Err(format!(
-            "{command:?} exited with {}: {}",
+            "{} exited with {}: {}",
+            shown(command),
             out.status,
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    String::from_utf8(out.stdout).map_err(|e| format!("{command:?} printed invalid UTF-8: {e}"))
+    String::from_utf8(out.stdout)
+        .map_err(|e| format!("{} printed invalid UTF-8: {e}", shown(command)))
 }
 
 /// The Kubernetes version e2e/scripts/install.sh builds.
