@@ -111,7 +111,7 @@ pub struct StreamJobSpec {
     /// (a directory path or URL, for example s3://bucket/dead-letter/clicks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, file:// or a local path"}]))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('gs://') || self.startsWith('az://') || self.startsWith('abfs://') || self.startsWith('abfss://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"}]))]
     pub dead_letter_path: Option<String>,
 
     /// The job graph, a chain of steps from one source to one sink. Every step has a stable `uid`
@@ -247,7 +247,7 @@ pub struct CheckpointSpec {
 
     /// Directory checkpoints are written to: s3://bucket/prefix, or a local path (local mode only).
     #[schemars(length(min = 1, max = 2048))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, file:// or a local path"}]))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('gs://') || self.startsWith('az://') || self.startsWith('abfs://') || self.startsWith('abfss://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"}]))]
     pub dir: String,
 
     /// A checkpoint that has not completed within this duration is aborted.
@@ -281,7 +281,7 @@ pub struct SavepointSpec {
     /// Directory savepoints are written to. Defaults to `<checkpoints.dir>/savepoints`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, file:// or a local path"}]))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('gs://') || self.startsWith('az://') || self.startsWith('abfs://') || self.startsWith('abfss://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"}]))]
     pub dir: Option<String>,
 
     /// Change this number (for example increment it) to have the operator take a savepoint now.
@@ -344,6 +344,16 @@ pub struct StorageSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hdfs: Option<HdfsStorage>,
 
+    /// Google Cloud Storage, used for gs:// paths. Unset: the pod's Application Default
+    /// Credentials (GKE Workload Identity, the metadata server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcs: Option<GcsStorage>,
+
+    /// Azure Blob Storage and ADLS Gen2, used for az://container/path and
+    /// abfss://container@account.dfs.core.windows.net/path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub azure: Option<AzureStorage>,
+
     /// Connection limits per store (Flink's fs.<scheme>.limit.*).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<ConnectionLimits>,
@@ -396,6 +406,84 @@ pub struct CredentialsSecretRef {
     /// Key of the secret access key in the Secret. Default AWS_SECRET_ACCESS_KEY.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_access_key_key: Option<String>,
+}
+
+/// Google Cloud Storage.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GcsStorage {
+    /// Secret in the job's namespace holding a service-account key (JSON). Unset: Application
+    /// Default Credentials (GKE Workload Identity: annotate the pod's service account).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_key_secret: Option<SecretKeyRef>,
+
+    /// Endpoint URL for an emulator or a private endpoint, for example http://gcs:4443. Unset:
+    /// https://storage.googleapis.com.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub endpoint: Option<String>,
+
+    /// Send no credentials (emulators, public buckets).
+    #[serde(default)]
+    pub anonymous: bool,
+}
+
+/// Azure Blob Storage or ADLS Gen2.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AzureStorage {
+    /// Storage account name, for az:// paths (abfss:// paths name it themselves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub account: Option<String>,
+
+    /// Endpoint URL for Azurite or a private endpoint, for example
+    /// http://azurite:10000/devstoreaccount1. Unset: https://<account>.blob.core.windows.net.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub endpoint: Option<String>,
+
+    /// Secret in the job's namespace holding the account key or a SAS token. Unset: workload
+    /// identity (AZURE_CLIENT_ID, AZURE_TENANT_ID and AZURE_FEDERATED_TOKEN_FILE, as AKS
+    /// injects them), then the managed identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<AzureCredentialsRef>,
+
+    /// Allow plain http endpoints (Azurite and in-cluster stores only).
+    #[serde(default)]
+    pub allow_http: bool,
+}
+
+/// A key of a Secret.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+
+    /// Key in the Secret. Default key.json.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// A Secret with Azure credentials: an account key or a SAS token.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{"rule": "!(has(self.accountKeyKey) && has(self.sasTokenKey))", "message": "set accountKeyKey or sasTokenKey, not both"}]))]
+pub struct AzureCredentialsRef {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+
+    /// Key of the account key in the Secret. Default AZURE_STORAGE_ACCOUNT_KEY (when
+    /// sasTokenKey is unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_key_key: Option<String>,
+
+    /// Key of a SAS token in the Secret (instead of the account key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sas_token_key: Option<String>,
 }
 
 /// An HDFS cluster.
@@ -624,7 +712,7 @@ pub enum NexmarkEventKind {
 pub struct FilesSource {
     /// Directory or prefix to read: s3://bucket/prefix, or a local path.
     #[schemars(length(min = 1, max = 2048))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, file:// or a local path"}]))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('gs://') || self.startsWith('az://') || self.startsWith('abfs://') || self.startsWith('abfss://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"}]))]
     pub path: String,
 
     /// Format of the files.
@@ -1045,7 +1133,7 @@ pub struct CustomSpec {
 pub struct FileSinkSpec {
     /// Base path: s3://bucket/prefix, or a local path (local mode).
     #[schemars(length(min = 1, max = 2048))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('s3a://') || self.startsWith('hdfs://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, file:// or a local path (s3a:// is read as s3://)"}]))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('s3a://') || self.startsWith('hdfs://') || self.startsWith('gs://') || self.startsWith('az://') || self.startsWith('abfs://') || self.startsWith('abfss://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path (s3a:// is read as s3://)"}]))]
     pub path: String,
 
     /// Output format.

@@ -259,7 +259,7 @@ impl StreamJobSpec {
             push(duration("spec.storage.retryBudget", budget));
         }
         push(self.validate_pipeline());
-        hdfs_name_node_known(self, &mut problems);
+        store_settings_known(self, &mut problems);
 
         if problems.is_empty() {
             Ok(())
@@ -836,28 +836,38 @@ fn bounded_duration(
     Ok(d)
 }
 
-/// Stores the runtime reads and writes: `s3://`, `s3a://` (sinks), `file://` and local paths.
+/// Stores the runtime reads and writes: `s3://`, `s3a://` (sinks), `hdfs://`, `gs://`, `az://`,
+/// `abfs(s)://`, `file://` and local paths.
 fn known_store(field: &str, path: &str) -> Result<()> {
     match path.split_once("://") {
         None => Ok(()),
-        Some(("s3" | "file" | "hdfs", _)) => Ok(()),
+        Some(("s3" | "file" | "hdfs" | "gs" | "az" | "abfs" | "abfss", _)) => Ok(()),
         Some(("s3a", _)) if field.ends_with("fileSink.path") => Ok(()),
         Some((scheme, _)) => invalid(&format!(
-            "{field}: {path:?}: unknown scheme {scheme}://: use s3://, hdfs://, file:// or a local path"
+            "{field}: {path:?}: unknown scheme {scheme}://: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"
         )),
     }
 }
 
-/// `hdfs:///path` takes its name node from `spec.storage.hdfs.nameNode`.
-fn hdfs_name_node_known(spec: &StreamJobSpec, problems: &mut Vec<String>) {
-    if spec
-        .storage
-        .as_ref()
-        .and_then(|s| s.hdfs.as_ref())
-        .is_some()
+/// What a path needs from `spec.storage`: `hdfs:///path` a name node, `az://` an account,
+/// `abfss://` a `container@account.dfs.core.windows.net` authority; a GCS endpoint needs a key
+/// (which carries it) or anonymous access.
+fn store_settings_known(spec: &StreamJobSpec, problems: &mut Vec<String>) {
+    let storage = spec.storage.as_ref();
+    if let Some(gcs) = storage.and_then(|s| s.gcs.as_ref())
+        && gcs.endpoint.is_some()
+        && gcs.service_account_key_secret.is_none()
+        && !gcs.anonymous
     {
-        return;
+        problems.push(
+            "spec.storage.gcs.endpoint: set serviceAccountKeySecret or anonymous: true with it (Application Default Credentials always go to Google)".into(),
+        );
     }
+    let has_name_node = storage.and_then(|s| s.hdfs.as_ref()).is_some();
+    let has_account = storage
+        .and_then(|s| s.azure.as_ref())
+        .and_then(|a| a.account.as_ref())
+        .is_some();
     let mut paths = vec![("spec.checkpoints.dir".to_string(), &spec.checkpoints.dir)];
     if let Some(dir) = spec.savepoints.as_ref().and_then(|s| s.dir.as_ref()) {
         paths.push(("spec.savepoints.dir".into(), dir));
@@ -880,10 +890,29 @@ fn hdfs_name_node_known(spec: &StreamJobSpec, problems: &mut Vec<String>) {
         }
     }
     for (field, path) in paths {
-        if path.starts_with("hdfs:///") {
+        if path.starts_with("hdfs:///") && !has_name_node {
             problems.push(format!(
                 "{field}: {path:?} names no name node: write hdfs://namenode:port/path or set spec.storage.hdfs.nameNode"
             ));
+        }
+        if path.starts_with("az://") && !has_account {
+            problems.push(format!(
+                "{field}: {path:?} names no storage account: set spec.storage.azure.account or write abfss://container@account.dfs.core.windows.net/path"
+            ));
+        }
+        if let Some(rest) = path
+            .strip_prefix("abfss://")
+            .or_else(|| path.strip_prefix("abfs://"))
+        {
+            let authority = rest.split('/').next().unwrap_or_default();
+            let ok = authority
+                .split_once('@')
+                .is_some_and(|(c, host)| !c.is_empty() && host.contains('.'));
+            if !ok {
+                problems.push(format!(
+                    "{field}: {path:?}: write abfss://container@account.dfs.core.windows.net/path"
+                ));
+            }
         }
     }
 }

@@ -25,6 +25,9 @@ ETCD_VERSION="v3.6.16"            # go.etcd.io/etcd/server/v3
 HELM_VERSION="v3.22.0"            # helm.sh/helm/v3/cmd/helm
 KAFKA_VERSION="4.4.0"             # org.apache.kafka:kafka_2.13 from Maven Central (tools/kafka/pom.xml pins the same)
 MINIO_VERSION="v0.0.0-20260212201848-7aac2a2c5b7c"   # github.com/minio/minio: the proxy serves no RELEASE.* tag here, only pseudo-versions; this is @latest (2026-02-12, master after the last release)
+FAKE_GCS_VERSION="v1.56.1"        # github.com/fsouza/fake-gcs-server (the GCS emulator)
+AZURITE_VERSION="3.37.0"          # npm azurite (the Azure Storage emulator; runs on the machine's Node.js)
+AZURE_BLOB_SDK_VERSION="12.34.0"  # npm @azure/storage-blob: creates the tests' containers (tools/azurite/)
 # ------------------------------------------------------------------------------------------------
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -151,6 +154,26 @@ build_minio() {
   mv "$gobin/minio" "$out"
 }
 
+# ---- fake-gcs-server: the GCS emulator, go install-able ------------------------------------------
+build_fake_gcs() {
+  local out="$1" gobin="$CACHE/work/fake-gcs-gobin-$FAKE_GCS_VERSION"
+  mkdir -p "$gobin"
+  GOBIN="$gobin" go install -trimpath -ldflags "-s -w" "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"
+  mv "$gobin/fake-gcs-server" "$out"
+}
+
+# ---- Azurite: the Azure Storage emulator from npm (exact version, no lock-free ranges) ----------
+build_azurite() {
+  local out="$1" dir
+  dir="$(dirname "$out")/pkg"
+  rm -rf "$dir" && mkdir -p "$dir"
+  (cd "$dir" && npm install --no-audit --no-fund --save-exact --prefix "$dir" \
+    "azurite@$AZURITE_VERSION" "@azure/storage-blob@$AZURE_BLOB_SDK_VERSION")
+  cp "$ROOT/tools/azurite/create-container.mjs" "$dir/"
+  printf '#!/bin/sh\nexec node "%s/node_modules/azurite/dist/src/blob/main.js" "$@"\n' "$dir" >"$out"
+  chmod +x "$out"
+}
+
 build_one etcd "$ETCD_VERSION" etcd build_etcd
 build_one kube-apiserver "$KUBERNETES_VERSION-$KUBERNETES_RECIPE" kube-apiserver build_kube_apiserver
 build_one kube-controller-manager "$KUBERNETES_VERSION-$KUBERNETES_RECIPE" kube-controller-manager build_kube_controller_manager
@@ -158,6 +181,12 @@ build_one kube-scheduler "$KUBERNETES_VERSION-$KUBERNETES_RECIPE" kube-scheduler
 build_one kubectl "$KUBERNETES_VERSION-$KUBERNETES_RECIPE" kubectl build_kubectl
 build_one helm "$HELM_VERSION" helm build_helm
 build_one minio "$MINIO_VERSION" minio build_minio
+build_one fake-gcs-server "$FAKE_GCS_VERSION" fake-gcs-server build_fake_gcs
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  build_one azurite "$AZURITE_VERSION-sdk$AZURE_BLOB_SDK_VERSION" azurite-blob build_azurite
+else
+  log "azurite: node/npm not on PATH"; FAILED+=("azurite")
+fi
 
 # ---- Kafka: the broker's jars from Maven Central (run by e2e/src/kafka.rs, KRaft, loopback only)
 KAFKA_LIB="$CACHE/bin/kafka-$KAFKA_VERSION/lib"
@@ -191,6 +220,8 @@ ENV_FILE="$CACHE/e2e-env.sh"
   echo "export STREAMJOB_E2E_HELM='$CACHE/bin/helm-$HELM_VERSION/helm'"
   echo "export STREAMJOB_E2E_MINIO='$CACHE/bin/minio-$MINIO_VERSION/minio'"
   echo "export STREAMJOB_E2E_KAFKA_LIB='$KAFKA_LIB'"
+  echo "export STREAMJOB_E2E_FAKE_GCS='$CACHE/bin/fake-gcs-server-$FAKE_GCS_VERSION/fake-gcs-server'"
+  echo "export STREAMJOB_E2E_AZURITE='$CACHE/bin/azurite-$AZURITE_VERSION-sdk$AZURE_BLOB_SDK_VERSION/azurite-blob'"
 } >"$ENV_FILE"
 
 log "done in $(( $(date +%s) - START_ALL ))s; env file: $ENV_FILE"

@@ -19,11 +19,22 @@ use crate::wait::poll_until;
 /// How to reach an S3-compatible server.
 #[derive(Debug, Clone)]
 pub struct S3Endpoint {
-    /// `http://127.0.0.1:<port>`.
+    /// `http://127.0.0.1:<port>` (`https://` with [`MinioOptions::tls`]).
     pub url: String,
     pub region: String,
     pub access_key: String,
     pub secret_key: String,
+    /// The CA (PEM file) that signed the server's certificate, when it serves TLS.
+    pub ca: Option<PathBuf>,
+}
+
+/// How to start MinIO beyond the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct MinioOptions {
+    /// Serve TLS with this certificate, signed by this CA: `(cert, key, ca)` PEM files.
+    pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// Extra environment (identity providers, ...).
+    pub env: Vec<(String, String)>,
 }
 
 /// A running S3-compatible server.
@@ -59,9 +70,30 @@ impl S3Endpoint {
         }
     }
 
+    /// An HTTP client that trusts the server's CA.
+    pub fn http_client(&self) -> Result<reqwest::Client> {
+        let mut builder = reqwest::Client::builder();
+        if let Some(ca) = &self.ca {
+            let pem = std::fs::read(ca).ctx(|| format!("read {}", ca.display()))?;
+            builder = builder.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+        }
+        Ok(builder.build()?)
+    }
+
+    /// `object_store`'s client options for the server (its CA trusted).
+    pub fn client_options(&self) -> Result<object_store::ClientOptions> {
+        let mut options = object_store::ClientOptions::new().with_allow_http(true);
+        if let Some(ca) = &self.ca {
+            let pem = std::fs::read(ca).ctx(|| format!("read {}", ca.display()))?;
+            options = options.with_root_certificate(object_store::Certificate::from_pem(&pem)?);
+        }
+        Ok(options)
+    }
+
     /// An `object_store` client for one bucket.
     pub fn object_store(&self, bucket: &str) -> Result<Arc<AmazonS3>> {
         let store = AmazonS3Builder::new()
+            .with_client_options(self.client_options()?)
             .with_endpoint(&self.url)
             .with_region(&self.region)
             .with_bucket_name(bucket)
@@ -127,7 +159,7 @@ impl S3Endpoint {
         query: &[(&str, &str)],
     ) -> Result<(reqwest::StatusCode, String)> {
         let req = s3_api::request(
-            &reqwest::Client::new(),
+            &self.http_client()?,
             method,
             &self.url,
             path,
@@ -212,6 +244,16 @@ pub struct Minio {
 impl Minio {
     /// Starts MinIO in `dir` and waits for `/minio/health/live`.
     pub async fn start(bins: &Binaries, dir: &Path, watchdog: Option<&Watchdog>) -> Result<Self> {
+        Self::start_with(bins, dir, watchdog, &MinioOptions::default()).await
+    }
+
+    /// [`Minio::start`] with TLS and extra environment.
+    pub async fn start_with(
+        bins: &Binaries,
+        dir: &Path,
+        watchdog: Option<&Watchdog>,
+        options: &MinioOptions,
+    ) -> Result<Self> {
         let t0 = Instant::now();
         let data_dir = dir.join("minio-data");
         std::fs::create_dir_all(&data_dir).ctx(|| format!("create {}", data_dir.display()))?;
@@ -231,12 +273,29 @@ impl Minio {
             .env("MINIO_ROOT_PASSWORD", &secret_key)
             .env("MINIO_BROWSER", "off")
             .env("MINIO_UPDATE", "off")
-            .env("HOME", dir);
+            .env("HOME", dir)
+            .envs(options.env.iter().map(|(k, v)| (k, v)));
+        let mut ca = None;
+        if let Some((cert, key, ca_cert)) = &options.tls {
+            // MinIO serves TLS with <certs-dir>/public.crt and private.key
+            let certs = dir.join("minio-certs");
+            std::fs::create_dir_all(&certs).ctx(|| format!("create {}", certs.display()))?;
+            std::fs::copy(cert, certs.join("public.crt")).ctx(|| "copy the certificate".into())?;
+            std::fs::copy(key, certs.join("private.key")).ctx(|| "copy the key".into())?;
+            cmd.arg("--certs-dir").arg(&certs);
+            ca = Some(ca_cert.clone());
+        }
         let process = ManagedProcess::spawn("minio", cmd, dir, watchdog)?;
-        let url = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()?;
+        let scheme = if ca.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://127.0.0.1:{port}");
+        let endpoint = S3Endpoint {
+            url: url.clone(),
+            region: "us-east-1".into(),
+            access_key,
+            secret_key,
+            ca,
+        };
+        let http = endpoint.http_client()?;
         let live = format!("{url}/minio/health/live");
         poll_until(
             "minio /minio/health/live",
@@ -244,7 +303,11 @@ impl Minio {
             Duration::from_millis(100),
             || async {
                 process.check_running()?;
-                let r = http.get(&live).send().await?;
+                let r = http
+                    .get(&live)
+                    .timeout(Duration::from_secs(5))
+                    .send()
+                    .await?;
                 Ok(r.status().is_success().then_some(()))
             },
         )
@@ -253,12 +316,7 @@ impl Minio {
         tracing::info!(?start_duration, url, "minio ready");
         Ok(Self {
             process,
-            endpoint: S3Endpoint {
-                url,
-                region: "us-east-1".into(),
-                access_key,
-                secret_key,
-            },
+            endpoint,
             data_dir,
             start_duration,
         })

@@ -1,9 +1,12 @@
-//! Sink throughput per format to local disk and MinIO, next to a plain write / multipart upload
-//! of the same number of bytes in the same run (the physical limit).
+//! Sink throughput per format to local disk, MinIO, the GCS emulator (fake-gcs-server) and
+//! Azurite, next to a plain write / upload of the same number of bytes to the same store in the
+//! same run (the physical limit).
 //!
 //! `cargo run -p streamjob-filesink --example sink_bench [-- MB_PER_FORMAT]`
 //! MinIO is started from `STREAMJOB_MINIO_BIN` or `$STREAMJOB_CACHE/e2e-env.sh` (skipped with a
-//! note when absent).
+//! note when absent); the emulators from the same env file (`bash e2e/scripts/install.sh`).
+//! Emulator figures say what the sink costs next to the same server's plain upload, not what
+//! GCS or Azure would do.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -16,8 +19,11 @@ use streamjob_crds::v1alpha1::{
     BucketAssignerSpec, CsvFormat, EmptySpec, FileSinkSpec, ParquetFormat, RowCompression,
     RowFormat, SinkFormat,
 };
-use streamjob_filesink::store::{LocalStore, S3Store, Store};
+use streamjob_filesink::store::{CloudStore, LocalStore, Store};
 use streamjob_filesink::{FileSink, FileSinkOptions};
+
+#[path = "../../tools/emulators/launch.rs"]
+mod emulators;
 
 const USER: &str = "streamjob";
 const PASSWORD: &str = "streamjob-secret";
@@ -126,6 +132,34 @@ async fn plain_local(dir: &std::path::Path, bytes: u64) -> Duration {
     }
     f.sync_all().await.unwrap();
     start.elapsed()
+}
+
+/// One PUT of `bytes`.
+async fn plain_put(store: &dyn Store, bytes: u64) -> Duration {
+    let data = Bytes::from(vec![7u8; bytes as usize]);
+    let start = Instant::now();
+    store.put("plain-put", data).await.unwrap();
+    start.elapsed()
+}
+
+/// The sink with every format, then the same store's plain upload of the largest output.
+async fn bench_store(
+    target: &str,
+    store: &dyn Fn(&str) -> Arc<dyn Store>,
+    formats: &[(&str, SinkFormat)],
+    input: &[RecordBatch],
+    records: usize,
+) {
+    let mut max_bytes = 0;
+    for (i, (name, f)) in formats.iter().enumerate() {
+        let (d, bytes) = run_sink(store(&format!("f{i}")), f.clone(), input).await;
+        max_bytes = max_bytes.max(bytes);
+        row(target, &format!("sink {name}"), d, bytes, Some(records));
+    }
+    let d = plain_multipart(store("plain").as_ref(), max_bytes).await;
+    row(target, "plain upload, 5 MiB parts", d, max_bytes, None);
+    let d = plain_put(store("plain").as_ref(), max_bytes).await;
+    row(target, "plain upload, one PUT", d, max_bytes, None);
 }
 
 async fn plain_multipart(store: &dyn Store, bytes: u64) -> Duration {
@@ -259,6 +293,36 @@ async fn main() {
     let d = plain_local(dir.path(), max_bytes).await;
     row("local", "plain write+fsync", d, max_bytes, None);
 
+    let gcs = emulators::fake_gcs(&["bench"]);
+    let storage = streamjob_crds::v1alpha1::StorageSpec {
+        gcs: Some(streamjob_crds::v1alpha1::GcsStorage {
+            endpoint: Some(gcs.url.clone()),
+            anonymous: true,
+            service_account_key_secret: None,
+        }),
+        ..Default::default()
+    };
+    let open_gcs = |prefix: &str| {
+        streamjob_filesink::store::open_store(&format!("gs://bench/{prefix}"), Some(&storage))
+            .unwrap()
+    };
+    bench_store("gcs", &open_gcs, &formats, &input, records).await;
+    drop(gcs);
+    let az = emulators::azurite(&["bench"]);
+    let open_azure = |prefix: &str| -> Arc<dyn Store> {
+        let c = object_store::azure::MicrosoftAzureBuilder::new()
+            .with_account(emulators::AZURITE_ACCOUNT)
+            .with_access_key(emulators::AZURITE_KEY)
+            .with_endpoint(az.url.clone())
+            .with_allow_http(true)
+            .with_container_name("bench")
+            .build()
+            .unwrap();
+        Arc::new(CloudStore::azure(c, "bench", prefix))
+    };
+    bench_store("azure", &open_azure, &formats, &input, records).await;
+    drop(az);
+
     let Some(bin) = minio_bin() else {
         println!("MinIO not installed (run `bash e2e/scripts/install.sh`): no MinIO rows");
         return;
@@ -301,15 +365,8 @@ async fn main() {
             .with_secret_access_key(PASSWORD)
             .build()
             .unwrap();
-        Arc::new(S3Store::new(c, "bench", prefix))
+        Arc::new(CloudStore::s3(c, "bench", prefix))
     };
-    let mut max_bytes = 0;
-    for (i, (name, f)) in formats.iter().enumerate() {
-        let (d, bytes) = run_sink(s3(&format!("f{i}")), f.clone(), &input).await;
-        max_bytes = max_bytes.max(bytes);
-        row("minio", &format!("sink {name}"), d, bytes, Some(records));
-    }
-    let d = plain_multipart(s3("plain").as_ref(), max_bytes).await;
-    row("minio", "plain multipart, 5 MiB parts", d, max_bytes, None);
+    bench_store("minio", &s3, &formats, &input, records).await;
     let _ = child.start_kill();
 }

@@ -533,11 +533,15 @@ pub async fn commit(store: &dyn Store, final_key: &str, c: &Committable) -> Resu
 }
 
 /// Whether a failed completion says the upload or its parts are gone (S3 `InvalidPart` /
-/// `NoSuchUpload`), as opposed to a refusal that a retry or another instance could change.
+/// `NoSuchUpload`, Azure `InvalidBlockList`, a GCS part object not found), as opposed to a
+/// refusal that a retry or another instance could change.
 fn lost_upload(c: &Committable, e: &Error) -> bool {
     let text = format!("{e:?}");
     matches!(c, Committable::Multipart { .. })
-        && (text.contains("InvalidPart") || text.contains("NoSuchUpload"))
+        && (e.is_not_found()
+            || text.contains("InvalidPart")
+            || text.contains("NoSuchUpload")
+            || text.contains("InvalidBlockList"))
 }
 
 /// Runs [`commit`] in its own task, so that a restart that drops the caller (a cancelled job

@@ -222,18 +222,30 @@ fn parse_part_name(name: &str, prefix: &str, suffix: &str) -> Option<(u32, u64)>
 
 /// `(subtask, instance)` of a marker key `<dir>/<subtask>/<instance>-<seq>`. Anything else in
 /// the folder — such as the hidden temporary file of a marker being written by a live (or
-/// paused) instance — is not a marker and is left alone.
+/// paused) instance, [`parse_marker_put`] — is not a marker.
 fn parse_marker_key<'a>(dir: &str, key: &'a str) -> Option<(u32, &'a str)> {
     let rest = key.strip_prefix(dir)?.strip_prefix('/')?;
     let (sub, name) = rest.split_once('/')?;
+    Some((sub.parse().ok()?, marker_instance(name)?))
+}
+
+/// The instance of a marker name `<instance>-<seq>`.
+fn marker_instance(name: &str) -> Option<&str> {
     let (instance, seq) = name.rsplit_once('-')?;
-    if instance.is_empty()
-        || !instance.chars().all(|c| c.is_ascii_alphanumeric())
-        || seq.parse::<u64>().is_err()
-    {
-        return None;
-    }
-    Some((sub.parse().ok()?, instance))
+    let valid = !instance.is_empty()
+        && instance.chars().all(|c| c.is_ascii_alphanumeric())
+        && seq.parse::<u64>().is_ok();
+    valid.then_some(instance)
+}
+
+/// `(subtask, instance)` of the hidden temporary file of a marker being written on a rename
+/// store, `<dir>/<subtask>/.<instance>-<seq>.put.<id>`: a whole-object write that a killed
+/// instance left before its rename.
+fn parse_marker_put<'a>(dir: &str, key: &'a str) -> Option<(u32, &'a str)> {
+    let rest = key.strip_prefix(dir)?.strip_prefix('/')?;
+    let (sub, name) = rest.split_once('/')?;
+    let (marker, _) = name.strip_prefix('.')?.split_once(".put.")?;
+    Some((sub.parse().ok()?, marker_instance(marker)?))
 }
 
 /// What a marker records: the upload id, or the temporary key on rename stores.
@@ -1128,7 +1140,11 @@ impl FileSink {
             .collect();
         let mut cleaned = 0;
         for o in self.store.list(dir).await? {
-            let Some((sub, instance)) = parse_marker_key(dir, &o.key) else {
+            // markers, and what a killed instance left of a marker it was writing (its body may
+            // be torn; no earlier instance is running any more, see above)
+            let Some((sub, instance)) =
+                parse_marker_key(dir, &o.key).or_else(|| parse_marker_put(dir, &o.key))
+            else {
                 continue;
             };
             let owned =
@@ -1210,6 +1226,23 @@ mod tests {
         );
         assert_eq!(
             parse_marker_key(UPLOAD_MARKERS, ".streamjob/temp/3/0a1b-12"),
+            None
+        );
+        // ... which the cleanup recognises as such, with its instance (removed once no earlier
+        // instance runs: a killed one leaves it behind)
+        assert_eq!(
+            parse_marker_put(
+                TEMP_MARKERS,
+                ".streamjob/temp/3/.0a1b-12.put.5f0e2b1c77aa4c2a9d1e0123456789ab"
+            ),
+            Some((3, "0a1b"))
+        );
+        assert_eq!(
+            parse_marker_put(TEMP_MARKERS, ".streamjob/temp/3/0a1b-12"),
+            None
+        );
+        assert_eq!(
+            parse_marker_put(TEMP_MARKERS, ".streamjob/temp/3/.x.part-0-1.json.put.ab"),
             None
         );
         assert_eq!(

@@ -1760,79 +1760,43 @@ mod minidfs;
 /// Checkpoints, savepoints, fence records and the file sink on HDFS (a MiniDFS cluster), through
 /// the runtime binary as a user runs it: `examples/hdfs-clicks.yaml` as written (only the name
 /// node address replaced) to its end; then a job with two SIGKILLs and `--resume`, a stop with
-/// savepoint (SIGINT) and a restore from it. Every window exactly once in the committed files.
+/// savepoint (SIGINT) and a restore from it; then compaction ([`store_runs`]). Every window
+/// exactly once in the committed files.
 #[test]
 fn hdfs_example_and_sigkills_are_exactly_once() {
     let dfs = minidfs::start();
-    let dir = tempfile::tempdir().unwrap();
-
-    let example = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hdfs-clicks.yaml"),
-    )
-    .unwrap();
-    let as_written = "nameNode: hdfs://namenode.hdfs.svc:8020";
-    assert!(example.contains(as_written));
-    let example = example.replace(as_written, &format!("nameNode: {}", dfs.url));
-    let path = dir.path().join("hdfs-clicks.yaml");
-    std::fs::write(&path, example).unwrap();
-    let (code, _) = start(&["run", path.to_str().unwrap()]).finish();
-    assert_eq!(code, 0, "the HDFS example failed");
-    let (rows, got) = read_store_sink(&format!("{}/streamjob/clicks-hdfs/out", dfs.url));
-    assert_eq!(rows, got.len(), "a window was written twice");
-    assert_eq!(got, expected(7, 100, 200_000, 1000));
-
-    let root = format!("{}/jobs/hdfs-out", dfs.url);
     // checkpoints on MiniDFS take about 1.5 s: enough records to outlast three rounds of them
-    let job = Job {
-        count: 600_000,
-        file_sink: Some(PathBuf::from(format!("{root}/out"))),
-        ..Job::default()
-    };
-    let m = manifest(dir.path(), "hdfs-out", &job);
-    let local = |name: &str| dir.path().join(name).display().to_string();
-    let text = std::fs::read_to_string(&m)
-        .unwrap()
-        .replace(&local("checkpoints"), &format!("{root}/checkpoints"))
-        .replace(&local("savepoints"), &format!("{root}/savepoints"));
-    std::fs::write(&m, text).unwrap();
-    let m = m.to_str().unwrap();
-    let mut last = 0;
-    for _ in 0..2 {
-        let mut run = start(&["run", m, "--resume"]);
-        last += 3;
-        assert!(run.wait_checkpoint(last), "finished before the kill");
-        run.child.kill().unwrap(); // SIGKILL
-        run.finish();
-    }
-    let run = start(&["run", m, "--resume"]);
-    assert!(
-        run.wait_checkpoint(last + 1),
-        "finished before the savepoint"
+    store_runs(
+        "hdfs-clicks.yaml",
+        &[(
+            "nameNode: hdfs://namenode.hdfs.svc:8020",
+            &format!("nameNode: {}", dfs.url),
+        )],
+        "{}",
+        &format!("{}/jobs/hdfs-out", dfs.url),
+        600_000,
+        &[],
+        // the example writes hdfs:///path (its name node from spec.storage)
+        &|url: &str| {
+            let url = url.replace("hdfs:///", &format!("{}/", dfs.url));
+            streamjob_filesink::store::open_store(&url, None).unwrap()
+        },
     );
-    kill(&run, "-INT");
-    let (code, lines) = run.finish();
-    assert_eq!(code, 0, "stop with savepoint failed: {lines:?}");
-    let savepoint = savepoint_line(&lines);
-    assert!(
-        savepoint.starts_with(&format!("{root}/savepoints/")),
-        "{savepoint}"
-    );
-    let (code, _) = start(&["run", m, "--from-savepoint", &savepoint]).finish();
-    assert_eq!(code, 0);
-    let (rows, got) = read_store_sink(&format!("{root}/out"));
-    assert_eq!(rows, got.len(), "a window was written twice");
-    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
 }
 
 /// Committed rows of a file sink on any store (read through the storage layer).
 fn read_store_sink(url: &str) -> (usize, Aggregates) {
-    use streamjob_filesink::Store;
+    read_sink_in(|| streamjob_filesink::store::open_store(url, None).unwrap())
+}
+
+/// Committed rows of a file sink in the store `open` returns (called on a runtime of its own).
+fn read_sink_in(open: impl FnOnce() -> Arc<dyn streamjob_filesink::Store>) -> (usize, Aggregates) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let store = streamjob_filesink::store::open(url, None).unwrap();
+        let store = open();
         let mut got = Aggregates::new();
         let mut rows = 0;
         for object in store.list("").await.unwrap() {
@@ -1851,6 +1815,239 @@ fn read_store_sink(url: &str) -> (usize, Aggregates) {
         }
         (rows, got)
     })
+}
+
+#[path = "../../tools/emulators/launch.rs"]
+mod emulators;
+
+/// One store's runs through the runtime binary: `example` as written but for `replace`, to its
+/// end; then a job of `count` records rooted at `root` with two SIGKILLs and `--resume`, a stop
+/// with savepoint (SIGINT) and a restore from it, with `storage` as the manifest's storage
+/// section and `env` as the runtime's environment; then [`compaction_runs`]. Every window once.
+#[allow(clippy::too_many_arguments)]
+fn store_runs(
+    example: &str,
+    replace: &[(&str, &str)],
+    storage: &str,
+    root: &str,
+    count: u64,
+    env: &[(&str, &Path)],
+    open: &dyn Fn(&str) -> Arc<dyn streamjob_filesink::Store>,
+) {
+    let read = |url: &str| read_sink_in(|| open(url));
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples")
+            .join(example),
+    )
+    .unwrap();
+    for (from, to) in replace {
+        assert!(text.contains(from), "{example} no longer holds {from}");
+        text = text.replace(from, to);
+    }
+    let path = dir.path().join(example);
+    std::fs::write(&path, &text).unwrap();
+    let (code, _) = start_env(&["run", path.to_str().unwrap()], env).finish();
+    assert_eq!(code, 0, "{example} failed");
+    let out = text
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("path: "))
+        .unwrap()
+        .to_string();
+    let (rows, got) = read(&out);
+    assert_eq!(rows, got.len(), "{example}: a window was written twice");
+    assert_eq!(got, expected(7, 100, 200_000, 1000), "{example}");
+
+    let job = Job {
+        count,
+        file_sink: Some(PathBuf::from(format!("{root}/out"))),
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "store-out", &job);
+    let local = |name: &str| dir.path().join(name).display().to_string();
+    let text = std::fs::read_to_string(&m)
+        .unwrap()
+        .replace(&local("checkpoints"), &format!("{root}/checkpoints"))
+        .replace(&local("savepoints"), &format!("{root}/savepoints"))
+        .replace(
+            "  pipeline:\n",
+            &format!("  storage: {storage}\n  pipeline:\n"),
+        );
+    std::fs::write(&m, text).unwrap();
+    let m = m.to_str().unwrap();
+    let mut last = 0;
+    for _ in 0..2 {
+        let mut run = start_env(&["run", m, "--resume"], env);
+        last += 3;
+        assert!(run.wait_checkpoint(last), "finished before the kill");
+        run.child.kill().unwrap(); // SIGKILL
+        run.finish();
+    }
+    let run = start_env(&["run", m, "--resume"], env);
+    assert!(
+        run.wait_checkpoint(last + 1),
+        "finished before the savepoint"
+    );
+    kill(&run, "-INT");
+    let (code, lines) = run.finish();
+    assert_eq!(code, 0, "stop with savepoint failed: {lines:?}");
+    let savepoint = savepoint_line(&lines);
+    assert!(
+        savepoint.starts_with(&format!("{root}/savepoints/")),
+        "{savepoint}"
+    );
+    let (code, _) = start_env(&["run", m, "--from-savepoint", &savepoint], env).finish();
+    assert_eq!(code, 0);
+    let (rows, got) = read(&format!("{root}/out"));
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+    // files on MiniDFS cost several name node round trips each: fewer records there
+    let compacted = if root.starts_with("hdfs://") {
+        40_000
+    } else {
+        200_000
+    };
+    compaction_runs(storage, root, compacted, env, open);
+}
+
+/// Compaction through the runtime on an object store: a job rolling 16 KiB files with
+/// `compaction` (and a SIGKILL) against the same job without it. Every record exactly once in
+/// both; compaction leaves far fewer files.
+fn compaction_runs(
+    storage: &str,
+    root: &str,
+    count: u64,
+    env: &[(&str, &Path)],
+    open: &dyn Fn(&str) -> Arc<dyn streamjob_filesink::Store>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |variant: &str, compaction: &str| {
+        let text = format!(
+            "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata:\n  name: {variant}\nspec:\n  image: streamjob-runtime:test\n  parallelism: 2\n  maxParallelism: 128\n  checkpoints: {{dir: \"{root}/{variant}/ck\", interval: 300ms, retained: 2}}\n  savepoints: {{dir: \"{root}/{variant}/sp\"}}\n  storage: {storage}\n  pipeline:\n    - uid: gen\n      source:\n        generator: {{count: {count}, keys: 7, seed: 3, ratePerSecond: 40000}}\n    - uid: out\n      fileSink:\n        path: \"{root}/{variant}/out\"\n        format: {{jsonLines: {{}}}}\n        bucketAssigner: {{basePath: {{}}}}\n        rollingPolicy: {{default: {{maxPartSize: 16KiB, rolloverInterval: 30m, inactivityInterval: 30m, bucketCheckInterval: 1s}}}}\n{compaction}"
+        );
+        let m = dir.path().join(format!("{variant}.yaml"));
+        std::fs::write(&m, text).unwrap();
+        m
+    };
+    let plain = write("plain", "");
+    let compacted = write("compacted", "        compaction: {targetSize: 4MiB}\n");
+    let (code, _) = start_env(&["run", plain.to_str().unwrap()], env).finish();
+    assert_eq!(code, 0);
+    let compacted = compacted.to_str().unwrap();
+    let mut run = start_env(&["run", compacted, "--resume"], env);
+    assert!(run.wait_checkpoint(3), "finished before the kill");
+    run.child.kill().unwrap(); // SIGKILL
+    run.finish();
+    let (code, _) = start_env(&["run", compacted, "--resume"], env).finish();
+    assert_eq!(code, 0);
+
+    let files_and_ids = |variant: &str| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let store = open(&format!("{root}/{variant}/out"));
+            let mut ids: BTreeMap<u64, u32> = BTreeMap::new();
+            let mut files = 0;
+            for object in store.list("").await.unwrap() {
+                if object.key.split('/').any(|p| p.starts_with('.')) {
+                    continue;
+                }
+                files += 1;
+                let bytes = store.get(&object.key).await.unwrap();
+                for line in String::from_utf8(bytes.to_vec()).unwrap().lines() {
+                    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                    *ids.entry(v["id"].as_u64().unwrap()).or_default() += 1;
+                }
+            }
+            (files, ids)
+        })
+    };
+    let (plain_files, plain_ids) = files_and_ids("plain");
+    let (compacted_files, compacted_ids) = files_and_ids("compacted");
+    for (variant, ids) in [("plain", &plain_ids), ("compacted", &compacted_ids)] {
+        let dups: Vec<_> = ids.iter().filter(|(_, n)| **n > 1).take(5).collect();
+        assert!(dups.is_empty(), "{root} {variant}: duplicated ids {dups:?}");
+        assert_eq!(ids.len() as u64, count, "{root} {variant}: records missing");
+        assert_eq!(ids.keys().next_back(), Some(&(count - 1)));
+    }
+    eprintln!("{root}: {plain_files} files without compaction, {compacted_files} with");
+    assert!(
+        compacted_files * 3 < plain_files,
+        "{root}: compaction left {compacted_files} files, {plain_files} without it"
+    );
+}
+
+/// Checkpoints, savepoints, fence records and the file sink on GCS (fake-gcs-server) and Azure
+/// Blob Storage (Azurite), through the runtime binary as a user runs it: `examples/gcs-clicks.yaml`
+/// and `examples/azure-clicks.yaml` as written (only the credentials replaced by the emulators'
+/// endpoints) to their end; then on each store a job with two SIGKILLs and `--resume`, a stop
+/// with savepoint and a restore from it. Every window exactly once in the committed files.
+#[test]
+fn gcs_and_azure_examples_and_sigkills_are_exactly_once() {
+    let gcs = emulators::fake_gcs(&["streamjob-data"]);
+    let gcs_storage = format!("{{gcs: {{endpoint: \"{}\", anonymous: true}}}}", gcs.url);
+    let spec: streamjob_crds::v1alpha1::StorageSpec =
+        serde_yaml_ng::from_str(&gcs_storage).unwrap();
+    store_runs(
+        "gcs-clicks.yaml",
+        &[(
+            "gcs: {serviceAccountKeySecret: {name: gcs-key, key: key.json}}",
+            &format!("gcs: {{endpoint: \"{}\", anonymous: true}}", gcs.url),
+        )],
+        &gcs_storage,
+        "gs://streamjob-data/jobs/gcs-out",
+        400_000,
+        &[],
+        &|url: &str| streamjob_filesink::store::open_store(url, Some(&spec)).unwrap(),
+    );
+
+    let az = emulators::azurite(&["clicks"]);
+    let account = emulators::AZURITE_ACCOUNT;
+    let azure_storage = format!(
+        "{{azure: {{account: {account}, endpoint: \"{}\", allowHttp: true}}}}",
+        az.url
+    );
+    let open_azure = |url: &str| -> Arc<dyn streamjob_filesink::Store> {
+        // az://clicks/<prefix> or abfss://clicks@<account>.dfs.core.windows.net/<prefix>
+        let prefix = url
+            .split_once(".net/")
+            .map(|(_, p)| p)
+            .or_else(|| url.strip_prefix("az://clicks/"))
+            .unwrap();
+        let client = object_store::azure::MicrosoftAzureBuilder::new()
+            .with_account(account)
+            .with_access_key(emulators::AZURITE_KEY)
+            .with_endpoint(az.url.clone())
+            .with_allow_http(true)
+            .with_container_name("clicks")
+            .build()
+            .unwrap();
+        Arc::new(streamjob_filesink::store::CloudStore::azure(
+            client, "clicks", prefix,
+        ))
+    };
+    store_runs(
+        "azure-clicks.yaml",
+        &[
+            (
+                "azure: {credentialsSecret: {name: azure-storage}}",
+                &format!("azure: {{endpoint: \"{}\", allowHttp: true}}", az.url),
+            ),
+            ("@streamjobdata.dfs", &format!("@{account}.dfs")),
+        ],
+        &azure_storage,
+        "az://clicks/jobs/azure-out",
+        400_000,
+        &[(
+            "AZURE_STORAGE_ACCOUNT_KEY",
+            Path::new(emulators::AZURITE_KEY),
+        )],
+        &open_azure,
+    );
 }
 
 /// `bucketAssigner.dateTime.time: event` and `successMarker` through the runtime (the engine

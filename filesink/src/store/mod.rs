@@ -3,13 +3,14 @@
 //! with relative keys (`a/b/c`, always `/`-separated).
 //!
 //! Two commit protocols are supported, chosen by [`Store::supports_multipart`]:
-//! - **multipart** (S3 and compatible): an in-progress object is a multipart upload; it becomes
-//!   visible only when the upload is completed;
+//! - **multipart** (S3 and compatible, Azure: [`CloudStore`]; GCS: [`GcsStore`]):
+//!   an in-progress object is a set of uploaded parts; it becomes visible only when the upload is
+//!   completed;
 //! - **temp file + rename** (local file system, HDFS): an in-progress file is a hidden temporary
 //!   file that is renamed to its final name on commit.
 //!
 //! `object_store`'s `LocalFileSystem` and `LimitStore` do not implement `MultipartStore`, hence this
-//! trait: [`LocalStore`], [`S3Store`] (wrapping `AmazonS3`, which does), `HdfsStore` (feature
+//! trait: [`LocalStore`], [`CloudStore`] (S3, Azure), [`GcsStore`], `HdfsStore` (feature
 //! `hdfs`), [`LimitedStore`] (the reference's `fs.<scheme>.limit.*` connection limits, multipart
 //! included) and [`Prefixed`] (a view below a path). [`open_store`] builds the right one for a URL
 //! and a manifest's [`StorageSpec`], with one client and one set of connection limits per store
@@ -24,6 +25,8 @@ use bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::retry::{RetryPolicy, STORE_RETRY};
 
+mod cloud;
+mod gcs;
 mod limits;
 mod local;
 mod prefixed;
@@ -32,11 +35,12 @@ mod s3;
 #[cfg(test)]
 mod tests;
 
+pub use cloud::CloudStore;
+pub use gcs::{GcsStore, IN_PROGRESS as GCS_IN_PROGRESS};
 pub use limits::{ConnectionGate, LimitedStore};
 pub use local::LocalStore;
 pub use prefixed::Prefixed;
 pub use registry::{open, open_store, parse_s3_url};
-pub use s3::S3Store;
 
 /// S3's minimum size of every part of a multipart upload but the last.
 pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;

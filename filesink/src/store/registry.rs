@@ -1,4 +1,5 @@
-//! Stores from URLs and a manifest's `spec.storage`, with one client per store and process.
+//! Stores from URLs and a manifest's `spec.storage`, with one client per store and process:
+//! `s3://` (`s3a://`), `gs://`, `az://` / `abfss://`, `hdfs://`, `file://` and local paths.
 //!
 //! A process (a runtime pod, a worker, a test) may open the same bucket many times: checkpoints,
 //! savepoints, each files source and each sink subtask. They all get a [`Prefixed`] view of one
@@ -10,9 +11,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use streamjob_crds::v1alpha1::StorageSpec;
 
-use super::{ConnectionGate, LimitedStore, LocalStore, Prefixed, S3Store, Store};
+use super::{CloudStore, ConnectionGate, GcsStore, LimitedStore, LocalStore, Prefixed, Store};
 use crate::error::{Error, Result};
 use crate::retry::RetryPolicy;
 
@@ -23,6 +26,13 @@ enum Target {
     S3 { bucket: String },
     /// An HDFS name node (`hdfs://host:port`).
     Hdfs { name_node: String },
+    /// A GCS bucket.
+    Gcs { bucket: String },
+    /// An Azure container; the account from the URL (abfss://) or `storage.azure.account`.
+    Azure {
+        account: Option<String>,
+        container: String,
+    },
     /// The local file system (rooted at `/`).
     Local,
 }
@@ -32,6 +42,8 @@ impl Target {
         match self {
             Target::S3 { .. } => "s3",
             Target::Hdfs { .. } => "hdfs",
+            Target::Gcs { .. } => "gs",
+            Target::Azure { .. } => "az",
             Target::Local => "file",
         }
     }
@@ -43,6 +55,48 @@ fn parse(url: &str, storage: Option<&StorageSpec>) -> Result<(Target, String)> {
     if url.starts_with("s3://") || url.starts_with("s3a://") {
         let (bucket, prefix) = parse_s3_url(url)?;
         return Ok((Target::S3 { bucket }, prefix));
+    }
+    if let Some(rest) = url.strip_prefix("gs://") {
+        let (bucket, prefix) = bucket_and_prefix(url, rest)?;
+        return Ok((Target::Gcs { bucket }, prefix));
+    }
+    if let Some(rest) = url
+        .strip_prefix("az://")
+        .or_else(|| url.strip_prefix("azure://"))
+    {
+        let (container, prefix) = bucket_and_prefix(url, rest)?;
+        return Ok((
+            Target::Azure {
+                account: None,
+                container,
+            },
+            prefix,
+        ));
+    }
+    if let Some(rest) = url
+        .strip_prefix("abfss://")
+        .or_else(|| url.strip_prefix("abfs://"))
+    {
+        // abfss://container@account.dfs.core.windows.net/path (ADLS Gen2's Hadoop form)
+        let (authority, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let (container, host) = authority.split_once('@').ok_or_else(|| {
+            Error::Config(format!(
+                "{url}: write abfss://container@account.dfs.core.windows.net/path"
+            ))
+        })?;
+        let account = host.split('.').next().unwrap_or_default();
+        if container.is_empty() || account.is_empty() {
+            return Err(Error::Config(format!(
+                "{url}: write abfss://container@account.dfs.core.windows.net/path"
+            )));
+        }
+        return Ok((
+            Target::Azure {
+                account: Some(account.to_string()),
+                container: container.to_string(),
+            },
+            prefix.trim_matches('/').to_string(),
+        ));
     }
     if let Some(rest) = url.strip_prefix("hdfs://") {
         // hdfs://namenode:port/path, or hdfs:///path with storage.hdfs.nameNode
@@ -66,7 +120,7 @@ fn parse(url: &str, storage: Option<&StorageSpec>) -> Result<(Target, String)> {
         Some(path) => path,
         None if url.contains("://") => {
             return Err(Error::Config(format!(
-                "{url}: unknown scheme; use s3://, hdfs://, file:// or a local path"
+                "{url}: unknown scheme; use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"
             )));
         }
         None => url,
@@ -88,6 +142,11 @@ pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
         .strip_prefix("s3://")
         .or_else(|| url.strip_prefix("s3a://"))
         .ok_or_else(|| Error::Config(format!("not an s3:// URL: {url}")))?;
+    bucket_and_prefix(url, rest)
+}
+
+/// `bucket/prefix` (what follows the scheme) into bucket and prefix.
+fn bucket_and_prefix(url: &str, rest: &str) -> Result<(String, String)> {
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
         return Err(Error::Config(format!("no bucket in {url}")));
@@ -111,18 +170,22 @@ pub fn open(url: &str, storage: Option<&StorageSpec>) -> Result<Prefixed> {
     // one per test under #[tokio::test]).
     let runtime = tokio::runtime::Handle::try_current().map(|h| h.id().to_string());
     let identity = format!(
-        "{target:?}|{:?}|{policy:?}|{:?}|{runtime:?}",
+        "{target:?}|{:?}|{:?}|{:?}|{policy:?}|{:?}|{runtime:?}",
         storage.and_then(|s| s.s3.as_ref()),
+        storage.and_then(|s| s.gcs.as_ref()),
+        storage.and_then(|s| s.azure.as_ref()),
         storage.and_then(|s| s.limits.as_ref()),
     );
-    let identity = match &target {
-        // the environment's credentials are part of an S3 client (tests change them in-process)
-        Target::S3 { .. } => format!(
-            "{identity}|{}",
-            std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_default()
-        ),
-        _ => identity,
+    // the environment's credentials are part of a client (tests change them in-process)
+    let credentials: &[&str] = match &target {
+        Target::S3 { .. } => &["AWS_ACCESS_KEY_ID"],
+        Target::Gcs { .. } => &["GOOGLE_SERVICE_ACCOUNT_KEY", "GOOGLE_SERVICE_ACCOUNT"],
+        Target::Azure { .. } => &["AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_KEY"],
+        _ => &[],
     };
+    let identity = credentials.iter().fold(identity, |id, var| {
+        format!("{id}|{}", std::env::var(var).unwrap_or_default())
+    });
     let mut clients = clients()
         .lock()
         .map_err(|_| Error::State("store registry poisoned".into()))?;
@@ -189,6 +252,10 @@ fn build(
     match target {
         Target::S3 { bucket } => build_s3(bucket, storage, policy),
         Target::Hdfs { name_node } => build_hdfs(name_node, policy),
+        Target::Gcs { bucket } => build_gcs(bucket, storage, policy),
+        Target::Azure { account, container } => {
+            build_azure(account.as_deref(), container, storage, policy)
+        }
         Target::Local => Ok(Arc::new(LocalStore::new("/").with_retry_policy(policy))),
     }
 }
@@ -226,9 +293,105 @@ fn build_s3(
         source: e,
     })?;
     Ok(Arc::new(
-        S3Store::new(client, bucket, "")
-            .with_endpoint(endpoint.as_deref(), &region, s3.virtual_hosted_style)
+        CloudStore::s3(client, bucket, "")
+            .with_s3_endpoint(endpoint.as_deref(), &region, s3.virtual_hosted_style)
             .with_retry_policy(policy),
+    ))
+}
+
+/// Google's public endpoint.
+const GCS_URL: &str = "https://storage.googleapis.com";
+
+fn build_gcs(
+    bucket: &str,
+    storage: Option<&StorageSpec>,
+    policy: RetryPolicy,
+) -> Result<Arc<dyn Store>> {
+    let gcs = storage.and_then(|s| s.gcs.clone()).unwrap_or_default();
+    let configure = |e: object_store::Error| Error::Store {
+        op: "configure",
+        path: format!("gs://{bucket}"),
+        retried: false,
+        source: e,
+    };
+    // from_env: GOOGLE_SERVICE_ACCOUNT_KEY (the operator fills it from the key Secret),
+    // GOOGLE_SERVICE_ACCOUNT / GOOGLE_APPLICATION_CREDENTIALS (a key file), else Application
+    // Default Credentials (Workload Identity, the metadata server)
+    let mut builder = GoogleCloudStorageBuilder::from_env()
+        .with_bucket_name(bucket)
+        .with_retry(policy.object_store());
+    let base_url = gcs.endpoint.clone().unwrap_or_else(|| GCS_URL.to_string());
+    if gcs.endpoint.is_some() || gcs.anonymous {
+        // object_store takes another endpoint (and no credentials) only through the key
+        let key = builder.get_config_value(&GoogleConfigKey::ServiceAccountKey);
+        builder = builder.with_service_account_key(gcs_key(
+            key.as_deref(),
+            &base_url,
+            gcs.anonymous,
+            bucket,
+        )?);
+    }
+    let client = builder
+        .with_client_options(policy.client_options(base_url.starts_with("http://")))
+        .build()
+        .map_err(configure)?;
+    // object_store's client for the credentials only (see super::gcs for why)
+    Ok(Arc::new(GcsStore::new(
+        client.credentials().clone(),
+        &base_url,
+        bucket,
+        policy,
+    )?))
+}
+
+/// The service-account key `object_store` reads, with the endpoint and anonymous access set.
+fn gcs_key(key: Option<&str>, base_url: &str, anonymous: bool, bucket: &str) -> Result<String> {
+    let mut key: serde_json::Map<String, serde_json::Value> = match key {
+        Some(k) => serde_json::from_str(k).map_err(|e| {
+            Error::Config(format!(
+                "gs://{bucket}: the service-account key (GOOGLE_SERVICE_ACCOUNT_KEY) is not JSON: {e}"
+            ))
+        })?,
+        None => serde_json::Map::new(),
+    };
+    for field in ["private_key", "private_key_id", "client_email"] {
+        key.entry(field).or_insert_with(|| "".into());
+    }
+    key.insert("gcs_base_url".into(), base_url.into());
+    if anonymous {
+        key.insert("disable_oauth".into(), true.into());
+    }
+    Ok(serde_json::Value::Object(key).to_string())
+}
+
+fn build_azure(
+    account: Option<&str>,
+    container: &str,
+    storage: Option<&StorageSpec>,
+    policy: RetryPolicy,
+) -> Result<Arc<dyn Store>> {
+    let az = storage.and_then(|s| s.azure.clone()).unwrap_or_default();
+    // from_env: AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_KEY (the operator fills them from
+    // the credentials Secret), AZURE_CLIENT_ID + AZURE_TENANT_ID + AZURE_FEDERATED_TOKEN_FILE
+    // (workload identity), else the managed identity
+    let mut builder = MicrosoftAzureBuilder::from_env()
+        .with_container_name(container)
+        .with_retry(policy.object_store())
+        .with_client_options(policy.client_options(az.allow_http));
+    if let Some(account) = account.or(az.account.as_deref()) {
+        builder = builder.with_account(account);
+    }
+    if let Some(endpoint) = &az.endpoint {
+        builder = builder.with_endpoint(endpoint.clone());
+    }
+    let client = builder.build().map_err(|e| Error::Store {
+        op: "configure",
+        path: format!("az://{container}"),
+        retried: false,
+        source: e,
+    })?;
+    Ok(Arc::new(
+        CloudStore::azure(client, container, "").with_retry_policy(policy),
     ))
 }
 
@@ -244,4 +407,67 @@ fn build_hdfs(name_node: &str, _policy: RetryPolicy) -> Result<Arc<dyn Store>> {
     Err(Error::Config(format!(
         "{name_node}: this build has no HDFS support (cargo feature `hdfs` of streamjob-filesink)"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn azure(account: Option<&str>, container: &str) -> Target {
+        Target::Azure {
+            account: account.map(str::to_string),
+            container: container.to_string(),
+        }
+    }
+
+    #[test]
+    fn parses_gcs_and_azure_urls() {
+        let ok = |url: &str| parse(url, None).unwrap();
+        assert_eq!(
+            ok("gs://b/x/y/"),
+            (Target::Gcs { bucket: "b".into() }, "x/y".into())
+        );
+        assert_eq!(ok("az://c/out"), (azure(None, "c"), "out".into()));
+        assert_eq!(ok("azure://c"), (azure(None, "c"), String::new()));
+        assert_eq!(
+            ok("abfss://c@acct.dfs.core.windows.net/a/b"),
+            (azure(Some("acct"), "c"), "a/b".into())
+        );
+        assert_eq!(
+            ok("abfs://c@acct.blob.core.windows.net"),
+            (azure(Some("acct"), "c"), String::new())
+        );
+        for bad in [
+            "gs:///x",
+            "az:///x",
+            "abfss://acct.dfs.core.windows.net/x",
+            "abfss://@acct.dfs.core.windows.net/x",
+            "wasbs://c@acct.blob.core.windows.net/x",
+        ] {
+            let err = parse(bad, None).unwrap_err().to_string();
+            assert!(err.contains(bad.trim_end_matches('/')), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn gcs_key_carries_the_endpoint_and_keeps_the_given_key() {
+        let anonymous: serde_json::Value =
+            serde_json::from_str(&gcs_key(None, "http://gcs:4443", true, "b").unwrap()).unwrap();
+        assert_eq!(anonymous["gcs_base_url"], "http://gcs:4443");
+        assert_eq!(anonymous["disable_oauth"], true);
+        assert_eq!(anonymous["client_email"], "");
+        let given = r#"{"client_email":"sa@p.iam.gserviceaccount.com","private_key":"k","private_key_id":"i"}"#;
+        let key: serde_json::Value =
+            serde_json::from_str(&gcs_key(Some(given), "https://private", false, "b").unwrap())
+                .unwrap();
+        assert_eq!(key["client_email"], "sa@p.iam.gserviceaccount.com");
+        assert_eq!(key["gcs_base_url"], "https://private");
+        assert!(key.get("disable_oauth").is_none());
+        let err = gcs_key(Some("not json"), "x", false, "b").unwrap_err();
+        assert!(
+            err.to_string().contains("GOOGLE_SERVICE_ACCOUNT_KEY"),
+            "{err}"
+        );
+    }
 }

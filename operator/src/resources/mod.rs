@@ -184,6 +184,38 @@ pub(crate) fn common_env(owner: &Owner, hash: &str, spec: &StreamJobSpec) -> Vec
                 .unwrap_or("AWS_SECRET_ACCESS_KEY"),
         ));
     }
+    // GCS: a service-account key (JSON), read by the storage layer from this variable
+    if let Some(key) = spec
+        .storage
+        .as_ref()
+        .and_then(|s| s.gcs.as_ref())
+        .and_then(|g| g.service_account_key_secret.as_ref())
+    {
+        env.push(secret_env(
+            "GOOGLE_SERVICE_ACCOUNT_KEY",
+            &key.name,
+            key.key.as_deref().unwrap_or("key.json"),
+        ));
+    }
+    // Azure: the account key or a SAS token
+    if let Some(creds) = spec
+        .storage
+        .as_ref()
+        .and_then(|s| s.azure.as_ref())
+        .and_then(|a| a.credentials_secret.as_ref())
+    {
+        env.push(match &creds.sas_token_key {
+            Some(key) => secret_env("AZURE_STORAGE_SAS_KEY", &creds.name, key),
+            None => secret_env(
+                "AZURE_STORAGE_ACCOUNT_KEY",
+                &creds.name,
+                creds
+                    .account_key_key
+                    .as_deref()
+                    .unwrap_or("AZURE_STORAGE_ACCOUNT_KEY"),
+            ),
+        });
+    }
     // Kafka credentials: one variable per Secret key, named after the step (crds::secrets).
     for step in &spec.pipeline {
         if let Some(kafka) = step.source.as_ref().and_then(|s| s.kafka.as_ref()) {

@@ -117,6 +117,58 @@ spec:
     }
 }
 
+/// GCS and Azure credentials come from Secrets as references, under the variables the storage
+/// layer reads; a SAS token replaces the account key.
+#[test]
+fn gcs_and_azure_credentials_reach_the_pod_as_secret_refs() {
+    let spec = |azure: &str| {
+        StreamJob::from_yaml(&format!(
+            r#"
+apiVersion: streamjob.io/v1alpha1
+kind: StreamJob
+metadata: {{name: clicks}}
+spec:
+  image: runtime:1
+  checkpoints: {{dir: gs://b/ck}}
+  storage:
+    gcs: {{serviceAccountKeySecret: {{name: gcp-key}}}}
+    azure: {{account: acct, credentialsSecret: {azure}}}
+  pipeline:
+    - uid: gen
+      source: {{generator: {{}}}}
+    - uid: out
+      fileSink: {{path: "az://c/out", format: {{jsonLines: {{}}}}}}
+"#
+        ))
+        .unwrap()
+        .spec
+    };
+    let refs = |spec: &StreamJobSpec| -> Vec<(String, String, String)> {
+        common_env(&owner(), "h", spec)
+            .into_iter()
+            .filter_map(|e| {
+                let sel = e.value_from?.secret_key_ref?;
+                Some((e.name, sel.name, sel.key))
+            })
+            .collect()
+    };
+    let triple = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+    let with_key = refs(&spec("{name: az}"));
+    assert!(with_key.contains(&triple("GOOGLE_SERVICE_ACCOUNT_KEY", "gcp-key", "key.json")));
+    assert!(with_key.contains(&triple(
+        "AZURE_STORAGE_ACCOUNT_KEY",
+        "az",
+        "AZURE_STORAGE_ACCOUNT_KEY"
+    )));
+    let with_sas = refs(&spec("{name: az, sasTokenKey: sas}"));
+    assert!(with_sas.contains(&triple("AZURE_STORAGE_SAS_KEY", "az", "sas")));
+    assert!(
+        !with_sas
+            .iter()
+            .any(|(n, _, _)| n == "AZURE_STORAGE_ACCOUNT_KEY")
+    );
+}
+
 #[test]
 fn runtime_pod_has_everything() {
     let plan = RunPlan {
