@@ -1119,10 +1119,14 @@ pub struct CustomSpec {
     /// Name the operator is registered under.
     #[schemars(length(min = 1))]
     pub name: String,
-    /// Settings handed to the operator.
+    /// Settings handed to the operator's factory (`Setup::config` in the job SDK); what they
+    /// mean is up to the operator, which refuses missing or malformed ones when the job is
+    /// planned.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
-    /// Whether the operator keeps state (its state is matched by uid like built-in operators').
+    /// Whether the registered operator keeps state (its state is matched by uid like built-in
+    /// operators'). Must say what the operator declares: a mismatch is refused when the job is
+    /// planned, naming the step and the declared state.
     #[serde(default)]
     pub stateful: bool,
 }

@@ -119,6 +119,9 @@ pub struct Job {
     pub rolling: &'static str,
     /// The keyed window (uid `per-key`).
     pub window: bool,
+    /// The window as the job template's `window-totals` keyed function (job SDK) instead of the
+    /// built-in window: for images of the template (`templates/streamjob-job`).
+    pub sdk_window: bool,
     pub allow_non_restored: bool,
     pub strategy: &'static str,
     /// `spec.upgrade.mode`: `savepoint` (default), `last-state` or `stateless`.
@@ -173,6 +176,7 @@ impl Job {
             filter_sql: "value >= 0".into(),
             rolling: "{onCheckpoint: {}}",
             window: true,
+            sdk_window: false,
             allow_non_restored: false,
             strategy: "InPlace",
             mode: "savepoint",
@@ -228,7 +232,11 @@ impl Job {
                 self.filter_sql
             ));
         }
-        if self.window {
+        if self.window && self.sdk_window {
+            steps.push_str(
+                "  - uid: per-key\n    custom:\n      name: window-totals\n      stateful: true\n      config: {windowSize: 1s}\n",
+            );
+        } else if self.window {
             steps.push_str(
                 "  - uid: per-key\n    keyBy: [key]\n    window: {tumbling: 1s}\n    aggregate: {count: true, sum: [value]}\n",
             );

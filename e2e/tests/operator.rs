@@ -26,6 +26,9 @@ use streamjob_e2e::scenario::{
 };
 use streamjob_e2e::wait::poll_until;
 
+#[path = "operator/user_images.rs"]
+mod user_images;
+
 const TIMEOUT: Duration = Duration::from_secs(90);
 
 fn init_tracing() {
@@ -49,6 +52,7 @@ async fn env() -> &'static TestEnv {
             env!("CARGO_BIN_EXE_e2e-echo-server"),
         );
         opts.images.push(broken_image());
+        opts.images.extend(user_images::template_images());
         opts
     })
     .await

@@ -2,37 +2,30 @@
 //! manifest (`examples/custom-job.yaml`):
 //!
 //! * `uppercase` (stateless): upper-cases the string column named by `config.column`;
-//! * `running-count` (stateful, keyed): appends `running_count`, the number of records seen so
-//!   far for the record's key (`config.key`), kept in keyed state per key group so it survives
-//!   restarts, savepoints and rescaling.
+//! * `running-count` (stateful, keyed, written with the job SDK): emits each record's key and
+//!   `running_count`, the number of records seen so far for that key, kept in managed keyed
+//!   state (the engine snapshots, restores and re-divides it on rescaling).
 //!
 //! Run: `cargo run -p streamjob-runtime --example custom_job -- run runtime/examples/custom-job.yaml`
 
-use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, Int64Array, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::array::{ArrayRef, AsArray, StringArray};
+use arrow::datatypes::DataType;
 use arrow::record_batch::RecordBatch;
-use streamjob_runtime::Error;
-use streamjob_runtime::keygroups::{Key, key_group_for_key, row_keys};
-use streamjob_runtime::operator::{
-    Collector, DataBatch, Operator, OperatorContext, RestoredState, StateDescriptor,
-    SubtaskSnapshot, decode_state, encode_state,
-};
+use serde::{Deserialize, Serialize};
+use streamjob_runtime::operator::{Collector, DataBatch, Operator, OperatorContext, RestoredState};
 use streamjob_runtime::registry::{OperatorPlan, Registry};
+use streamjob_runtime::sdk::{Context, KeyedFunction, ValueState};
+use streamjob_runtime::{Error, Result};
 
 struct Uppercase {
     column: usize,
 }
 
 impl Operator for Uppercase {
-    async fn initialize_state(
-        &mut self,
-        _: &OperatorContext,
-        _: RestoredState,
-    ) -> streamjob_runtime::Result<()> {
+    async fn initialize_state(&mut self, _: &OperatorContext, _: RestoredState) -> Result<()> {
         Ok(())
     }
 
@@ -41,7 +34,7 @@ impl Operator for Uppercase {
         _: &OperatorContext,
         batch: DataBatch,
         out: &mut Collector,
-    ) -> streamjob_runtime::Result<()> {
+    ) -> Result<()> {
         let mut cols: Vec<ArrayRef> = batch.records.columns().to_vec();
         let upper: StringArray = cols[self.column]
             .as_string::<i32>()
@@ -55,70 +48,40 @@ impl Operator for Uppercase {
     }
 }
 
+/// Input of `running-count`: only the key column is decoded.
+#[derive(Deserialize)]
+struct Keyed {
+    key: String,
+}
+
+/// Output of `running-count`.
+#[derive(Serialize, Deserialize)]
+struct Counted {
+    key: String,
+    running_count: i64,
+}
+
+/// Keyed state per key, managed by the engine (snapshots, restores, rescaling).
 struct RunningCount {
-    key: usize,
-    schema: Arc<Schema>,
-    counts: HashMap<Key, (u32, i64)>,
+    count: ValueState<i64>,
 }
 
-impl Operator for RunningCount {
-    async fn initialize_state(
-        &mut self,
-        ctx: &OperatorContext,
-        restored: RestoredState,
-    ) -> streamjob_runtime::Result<()> {
-        for (kg, bytes) in &restored.keyed {
-            let entries: Vec<(Key, i64)> = decode_state(&ctx.uid, bytes)?;
-            for (k, n) in entries {
-                self.counts.insert(k, (*kg, n));
-            }
-        }
-        Ok(())
-    }
+impl KeyedFunction for RunningCount {
+    type In = Keyed;
+    type Out = Counted;
 
-    async fn process_batch(
-        &mut self,
-        ctx: &OperatorContext,
-        batch: DataBatch,
-        out: &mut Collector,
-    ) -> streamjob_runtime::Result<()> {
-        let keys = row_keys(&[batch.records.column(self.key).clone()], batch.num_rows())?;
-        let mut running = Vec::with_capacity(keys.len());
-        for k in keys {
-            let kg = key_group_for_key(&k, ctx.max_parallelism);
-            let e = self.counts.entry(k).or_insert((kg, 0));
-            e.1 += 1;
-            running.push(e.1);
-        }
-        let mut cols = batch.records.columns().to_vec();
-        cols.push(Arc::new(Int64Array::from(running)));
-        let records = RecordBatch::try_new(self.schema.clone(), cols)?;
-        out.emit(DataBatch::new(records, batch.event_time)?);
+    fn process(&mut self, record: Keyed, cx: &mut Context<'_, Counted>) -> Result<()> {
+        let running_count = self.count.get(cx)?.copied().unwrap_or(0) + 1;
+        self.count.set(cx, running_count)?;
+        cx.emit(Counted {
+            key: record.key,
+            running_count,
+        });
         Ok(())
-    }
-
-    async fn snapshot_state(
-        &mut self,
-        _: &OperatorContext,
-        _: u64,
-    ) -> streamjob_runtime::Result<SubtaskSnapshot> {
-        let mut groups: BTreeMap<u32, Vec<(Key, i64)>> = BTreeMap::new();
-        for (k, (kg, n)) in &self.counts {
-            groups.entry(*kg).or_default().push((k.clone(), *n));
-        }
-        let mut snap = SubtaskSnapshot::default();
-        for (kg, mut v) in groups {
-            v.sort();
-            snap.keyed.insert(kg, encode_state(&v)?);
-        }
-        Ok(snap)
     }
 }
 
-fn column(
-    cx: &streamjob_runtime::registry::CustomContext<'_>,
-    setting: &str,
-) -> streamjob_runtime::Result<usize> {
+fn column(cx: &streamjob_runtime::registry::CustomContext<'_>, setting: &str) -> Result<usize> {
     let name = cx
         .config
         .get(setting)
@@ -144,33 +107,11 @@ fn main() -> ExitCode {
             move |_| Ok(Uppercase { column }),
         ))
     });
-    registry.register("running-count", |cx| {
-        let key = column(cx, "key")?;
-        let mut fields: Vec<Field> = cx
-            .input_schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone())
-            .collect();
-        fields.push(Field::new("running_count", DataType::Int64, false));
-        let schema = Arc::new(Schema::new(fields));
-        let state = StateDescriptor::stateless()
-            .field("count", "Int64")
-            .keyed(cx.input_schema.field(key).data_type().to_string());
-        let s2 = schema.clone();
-        Ok(OperatorPlan::new(
-            "custom:running-count",
-            schema,
-            state,
-            Some(vec![key]),
-            move |_| {
-                Ok(RunningCount {
-                    key,
-                    schema: s2.clone(),
-                    counts: HashMap::new(),
-                })
-            },
-        ))
+    registry.register_keyed("running-count", |setup| {
+        setup.key_by(&["key"]);
+        Ok(RunningCount {
+            count: setup.value_state("count")?,
+        })
     });
     streamjob_runtime::cli::main_with_registry(registry)
 }

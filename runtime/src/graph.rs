@@ -342,6 +342,7 @@ pub async fn build_graph(job: &StreamJob, registry: &Registry) -> Result<JobGrap
                     spec,
                 };
                 let op = registry.plan_custom(&c.name, &cx)?;
+                check_declared_stateful(uid, c.stateful, &op.state)?;
                 (
                     op.kind,
                     op.output_schema,
@@ -411,4 +412,32 @@ pub async fn build_graph(job: &StreamJob, registry: &Registry) -> Result<JobGrap
         steps,
         spec: spec.clone(),
     })
+}
+
+/// `custom.stateful` says what the registered operator must be: a step marked stateless whose
+/// operator declares state (or the reverse) is refused, so the manifest never lies about which
+/// steps carry state across upgrades.
+fn check_declared_stateful(uid: &str, stateful: bool, state: &StateDescriptor) -> Result<()> {
+    let fields = || {
+        state
+            .fields
+            .iter()
+            .map(|f| format!("{}: {}", f.name, f.type_name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (stateful, state.is_stateful()) {
+        (false, true) => Err(Error::plan(
+            uid,
+            format!(
+                "custom.stateful is false but the registered operator declares state [{}]: set custom.stateful: true",
+                fields()
+            ),
+        )),
+        (true, false) => Err(Error::plan(
+            uid,
+            "custom.stateful is true but the registered operator declares no state: remove custom.stateful (or declare the operator's state)",
+        )),
+        _ => Ok(()),
+    }
 }

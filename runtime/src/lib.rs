@@ -2,6 +2,7 @@
 //!
 //! * [`operator`] — the operator contract (sources, transformations, sinks).
 //! * [`registry`] — registering custom operators by name.
+//! * [`sdk`] — the job SDK: keyed functions with managed state and timers.
 //! * [`graph`] — manifest → job graph.
 //! * [`coordinator`] — running a job: subtasks, checkpoints, savepoints, restarts.
 //! * [`snapshot`] / [`restore`] — the checkpoint format and the restore rules.
@@ -30,6 +31,7 @@ pub mod operators;
 pub mod registry;
 pub mod restart;
 pub mod restore;
+pub mod sdk;
 pub mod snapshot;
 pub mod storage;
 pub mod task;

@@ -92,15 +92,8 @@ pub fn check_restore(
                     op.state.key_type.as_deref().unwrap_or("none")
                 ),
             )
-        } else if !fields_readable(&old.state, &op.state) {
-            (
-                OperatorStatus::Incompatible,
-                format!(
-                    "state type changed from [{}] to [{}]: use a new uid to start it empty",
-                    describe(&old.state),
-                    describe(&op.state)
-                ),
-            )
+        } else if let Err(why) = fields_readable(&old.state, &op.state) {
+            (OperatorStatus::Incompatible, why)
         } else if old.state.key_type.is_some() && meta.max_parallelism != max_parallelism {
             (
                 OperatorStatus::Incompatible,
@@ -171,31 +164,35 @@ pub fn check_restore(
     }
 }
 
-/// Whether state written as `old` can be read by an operator declaring `new`: the same fields in
-/// the same order, each with the same type, or with a versioned type (`Name/vN`) whose reader is
-/// at the same or a newer version (a newer reader reads older layouts; never the reverse).
-fn fields_readable(old: &StateDescriptor, new: &StateDescriptor) -> bool {
+/// Whether state written as `old` can be read by an operator declaring `new`, and if not, which
+/// state is in the way. Every old state must still be declared under its name, with the same
+/// type or a versioned type (`Name/vN`) whose reader is at the same or a newer version (a newer
+/// reader reads older layouts; never the reverse). State declared only by `new` starts empty.
+fn fields_readable(old: &StateDescriptor, new: &StateDescriptor) -> Result<(), String> {
     fn versioned(t: &str) -> Option<(&str, u32)> {
         let (name, v) = t.rsplit_once("/v")?;
         Some((name, v.parse().ok()?))
     }
-    old.fields.len() == new.fields.len()
-        && old.fields.iter().zip(&new.fields).all(|(o, n)| {
-            o.name == n.name
-                && (o.type_name == n.type_name
-                    || matches!(
-                        (versioned(&o.type_name), versioned(&n.type_name)),
-                        (Some((a, va)), Some((b, vb))) if a == b && vb >= va
-                    ))
-        })
-}
-
-fn describe(s: &StateDescriptor) -> String {
-    s.fields
-        .iter()
-        .map(|f| format!("{}: {}", f.name, f.type_name))
-        .collect::<Vec<_>>()
-        .join(", ")
+    for o in &old.fields {
+        let Some(n) = new.fields.iter().find(|n| n.name == o.name) else {
+            return Err(format!(
+                "state {:?} ({}) is no longer declared: its data would be lost; keep declaring it, or use a new uid (and allowNonRestoredState) to start the operator empty",
+                o.name, o.type_name
+            ));
+        };
+        let readable = o.type_name == n.type_name
+            || matches!(
+                (versioned(&o.type_name), versioned(&n.type_name)),
+                (Some((a, va)), Some((b, vb))) if a == b && vb >= va
+            );
+        if !readable {
+            return Err(format!(
+                "state {:?} changed type from {} to {}: the snapshot's values cannot be read as the new type; keep the type, or declare the new one under a new state name",
+                o.name, o.type_name, n.type_name
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -340,13 +337,29 @@ mod tests {
     }
 
     #[test]
-    fn changed_state_type_is_incompatible() {
+    fn changed_state_type_is_incompatible_and_named() {
         let (m, mut g) = base();
-        g[2].state = keyed(&[("count", "Int64"), ("sum_value", "Int64")], "Utf8");
+        g[2].state = keyed(&[("count", "Utf8")], "Utf8");
         let r = check_restore(&m, "p", &g, 128, true);
         assert!(!r.compatible);
         assert!(
-            r.refusals()[0].contains("state type changed"),
+            r.refusals()[0].contains("state \"count\" changed type from Int64 to Utf8"),
+            "{:?}",
+            r.refusals()
+        );
+    }
+
+    #[test]
+    fn added_state_starts_empty_and_removed_state_is_refused() {
+        let (m, mut g) = base();
+        g[2].state = keyed(&[("sum_value", "Int64"), ("count", "Int64")], "Utf8");
+        let r = check_restore(&m, "p", &g, 128, false);
+        assert!(r.compatible, "{:?}", r.refusals());
+        g[2].state = keyed(&[("sum_value", "Int64")], "Utf8");
+        let r = check_restore(&m, "p", &g, 128, true);
+        assert!(!r.compatible);
+        assert!(
+            r.refusals()[0].contains("state \"count\" (Int64) is no longer declared"),
             "{:?}",
             r.refusals()
         );

@@ -44,6 +44,9 @@ struct Job {
     allow_non_restored: bool,
     interval: &'static str,
     file_sink: Option<PathBuf>,
+    /// The window as the job template's `window-totals` keyed function (job SDK) instead of
+    /// the built-in window; run with [`TEMPLATE_BIN`].
+    sdk_window: bool,
 }
 
 impl Default for Job {
@@ -59,6 +62,7 @@ impl Default for Job {
             allow_non_restored: false,
             interval: "200ms",
             file_sink: None,
+            sdk_window: false,
         }
     }
 }
@@ -71,7 +75,11 @@ fn manifest(dir: &Path, name: &str, job: &Job) -> PathBuf {
     if let Some(f) = job.filter {
         steps.push_str(&format!("    - uid: only-valid\n      filter: \"{f}\"\n"));
     }
-    if job.window {
+    if job.window && job.sdk_window {
+        steps.push_str(
+            "    - uid: per-key\n      custom:\n        name: window-totals\n        stateful: true\n        config: {windowSize: 1s}\n",
+        );
+    } else if job.window {
         steps.push_str(
             "    - uid: per-key\n      keyBy: [key]\n      window: {tumbling: 1s}\n      aggregate: {count: true, sum: [value]}\n",
         );
@@ -109,7 +117,23 @@ fn start(args: &[&str]) -> Running {
 }
 
 fn start_env(args: &[&str], env: &[(&str, &Path)]) -> Running {
-    let mut child = Command::new(BIN)
+    start_bin(Path::new(BIN), args, env)
+}
+
+/// The job template's binary (`templates/streamjob-job`), built with the workspace next to
+/// [`BIN`]: the built-in steps plus the `window-totals` keyed function written with the SDK.
+fn template_bin() -> PathBuf {
+    let bin = Path::new(BIN).with_file_name("window-totals-job");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build the workspace (cargo build --workspace --all-targets)",
+        bin.display()
+    );
+    bin
+}
+
+fn start_bin(bin: &Path, args: &[&str], env: &[(&str, &Path)]) -> Running {
+    let mut child = Command::new(bin)
         .args(args)
         .envs(env.iter().map(|(k, v)| (*k, *v)))
         .env("RUST_LOG", "info")
@@ -2113,5 +2137,76 @@ fn event_time_buckets_and_success_markers_across_a_sigkill() {
     assert_eq!(
         markers, buckets,
         "a _SUCCESS marker in every finished bucket"
+    );
+}
+
+/// The job SDK through the runtime: the template's `window-totals` (keyed map state and
+/// event-time timers, managed by the engine) SIGKILLed twice and resumed, stopped with a
+/// savepoint, restored at another parallelism: every window exactly once with exact totals —
+/// and the same output as the built-in window.
+#[test]
+fn sdk_keyed_function_survives_kills_savepoints_and_rescales_exactly_once() {
+    let bin = template_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let mut job = Job {
+        count: 80_000,
+        sdk_window: true,
+        file_sink: Some(out.clone()),
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "sdk", &job);
+    let m = m.to_str().unwrap();
+    let mut last = 0;
+    for _ in 0..2 {
+        let mut run = start_bin(&bin, &["run", m, "--resume"], &[]);
+        last += 3;
+        assert!(run.wait_checkpoint(last), "finished before the kill");
+        run.child.kill().unwrap(); // SIGKILL
+        run.finish();
+    }
+    let run = start_bin(&bin, &["run", m, "--resume"], &[]);
+    assert!(
+        run.wait_checkpoint(last + 1),
+        "finished before the savepoint"
+    );
+    kill(&run, "-INT");
+    let (code, lines) = run.finish();
+    assert_eq!(code, 0, "stop with savepoint failed: {lines:?}");
+    let savepoint = savepoint_line(&lines);
+    job.parallelism = 3;
+    let m = manifest(dir.path(), "sdk", &job);
+    let (code, _) = start_bin(
+        &bin,
+        &["run", m.to_str().unwrap(), "--from-savepoint", &savepoint],
+        &[],
+    )
+    .finish();
+    assert_eq!(code, 0, "the rescaled job failed");
+    let (rows, got) = read_sink(&out);
+    assert_eq!(rows, got.len(), "a window was written twice");
+    assert_eq!(got, expected(job.seed, job.keys, job.count, 1000));
+}
+
+/// `custom.stateful` is enforced: a step marked stateless whose operator declares state is
+/// refused when the job is planned, naming the step and the state.
+#[test]
+fn custom_stateful_must_match_the_operators_declared_state() {
+    let bin = template_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job {
+        sdk_window: true,
+        ..Job::default()
+    };
+    let m = manifest(dir.path(), "liar", &job);
+    let text = std::fs::read_to_string(&m).unwrap();
+    std::fs::write(&m, text.replace("stateful: true", "stateful: false")).unwrap();
+    let run = start_bin(&bin, &["run", m.to_str().unwrap()], &[]);
+    let (code, _, log) = run.finish_with_log();
+    assert_ne!(code, 0);
+    let log = log.join("\n");
+    assert!(
+        log.contains("pipeline step \"per-key\": custom.stateful is false but the registered operator declares state [windows: map<Int64, {count: Int64, sum: Int64}>, @timers: timers/v1]"),
+        "{log}"
     );
 }

@@ -287,14 +287,28 @@ const E2E_DIR: &str = "e2e";
 fn integration_tests(e2e: bool) -> Result<Vec<String>, String> {
     let mut all: Vec<(String, String)> = Vec::new();
     let entries = fs::read_dir(root()).map_err(|e| format!("cannot list the workspace: {e}"))?;
+    // crates at the top level, and one level down (templates/streamjob-job, bench/runner)
+    let mut crates = Vec::new();
     for entry in entries.flatten() {
-        let krate = entry.file_name().to_string_lossy().into_owned();
-        let Ok(tests) = fs::read_dir(entry.path().join("tests")) else {
+        if entry.path().join("Cargo.toml").exists() {
+            crates.push(entry.path());
+        } else if let Ok(nested) = fs::read_dir(entry.path()) {
+            crates.extend(
+                nested
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.join("Cargo.toml").exists()),
+            );
+        }
+    }
+    for dir in crates {
+        let krate = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let Ok(tests) = fs::read_dir(dir.join("tests")) else {
             continue;
         };
-        if !entry.path().join("Cargo.toml").exists() {
-            continue;
-        }
         for test in tests.flatten() {
             let path = test.path();
             let name = if path.extension().is_some_and(|x| x == "rs") {
