@@ -28,6 +28,9 @@ MINIO_VERSION="v0.0.0-20260212201848-7aac2a2c5b7c"   # github.com/minio/minio: t
 FAKE_GCS_VERSION="v1.56.1"        # github.com/fsouza/fake-gcs-server (the GCS emulator)
 AZURITE_VERSION="3.37.0"          # npm azurite (the Azure Storage emulator; runs on the machine's Node.js)
 AZURE_BLOB_SDK_VERSION="12.34.0"  # npm @azure/storage-blob: creates the tests' containers (tools/azurite/)
+# Apache Flink, the versions the Flink engine supports (one per minor; the newest that serves
+# every jar tools/flink/pom.xml lists: flink-container 1.20.x stops at 1.20.0 here).
+FLINK_VERSIONS=("1.20.0" "2.3.0")
 # ------------------------------------------------------------------------------------------------
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -209,6 +212,32 @@ else
   fi
 fi
 
+# ---- Flink: JobManager/TaskManager jars from Maven Central per version, and our pre-check and
+#      test job compiled against each (flink/build.sh; rebuilt when their sources change)
+for FLINK_VERSION in "${FLINK_VERSIONS[@]}"; do
+  FLINK_DIR="$CACHE/bin/flink-$FLINK_VERSION"
+  if [ -f "$FLINK_DIR/lib/.complete" ]; then
+    log "flink $FLINK_VERSION: cached ($FLINK_DIR/lib)"
+  else
+    log "flink $FLINK_VERSION: fetching jars (log: $CACHE/logs/flink-$FLINK_VERSION.log)"
+    rm -rf "$FLINK_DIR/lib"
+    if mvn -B -q -f "$ROOT/tools/flink/pom.xml" -Dflink.version="$FLINK_VERSION" dependency:copy-dependencies \
+        -DoutputDirectory="$FLINK_DIR/lib" >"$CACHE/logs/flink-$FLINK_VERSION.log" 2>&1 \
+        && ls "$FLINK_DIR/lib"/flink-runtime-"$FLINK_VERSION".jar >/dev/null 2>&1; then
+      touch "$FLINK_DIR/lib/.complete"
+      log "flink $FLINK_VERSION: $(ls "$FLINK_DIR/lib" | wc -l) jars"
+    else
+      tail -n 30 "$CACHE/logs/flink-$FLINK_VERSION.log" >&2 || true
+      FAILED+=("flink-$FLINK_VERSION")
+      continue
+    fi
+  fi
+  if ! bash "$ROOT/flink/build.sh" "$FLINK_DIR" 2>>"$CACHE/logs/flink-$FLINK_VERSION.log"; then
+    tail -n 30 "$CACHE/logs/flink-$FLINK_VERSION.log" >&2 || true
+    FAILED+=("flink-$FLINK_VERSION-checker")
+  fi
+done
+
 ENV_FILE="$CACHE/e2e-env.sh"
 {
   echo "# written by e2e/scripts/install.sh at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -221,6 +250,9 @@ ENV_FILE="$CACHE/e2e-env.sh"
   echo "export STREAMJOB_E2E_MINIO='$CACHE/bin/minio-$MINIO_VERSION/minio'"
   echo "export STREAMJOB_E2E_KAFKA_LIB='$KAFKA_LIB'"
   echo "export STREAMJOB_E2E_FAKE_GCS='$CACHE/bin/fake-gcs-server-$FAKE_GCS_VERSION/fake-gcs-server'"
+  for FLINK_VERSION in "${FLINK_VERSIONS[@]}"; do
+    echo "export STREAMJOB_E2E_FLINK_${FLINK_VERSION//./_}='$CACHE/bin/flink-$FLINK_VERSION'"
+  done
   echo "export STREAMJOB_E2E_AZURITE='$CACHE/bin/azurite-$AZURITE_VERSION-sdk$AZURE_BLOB_SDK_VERSION/azurite-blob'"
 } >"$ENV_FILE"
 

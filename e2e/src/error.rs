@@ -59,6 +59,9 @@ pub enum Error {
     /// YAML (de)serialisation failed.
     #[error("yaml: {0}")]
     Yaml(#[from] serde_yaml_ng::Error),
+    /// A Flink cluster or the savepoint pre-check answered with an error.
+    #[error(transparent)]
+    Flink(#[from] streamjob_operator::engine::flink::FlinkError),
     /// Anything else, with a message.
     #[error("{0}")]
     Other(String),

@@ -9,6 +9,7 @@ pub mod certs;
 pub mod cluster;
 pub mod error;
 pub mod fixtures;
+pub mod flink;
 pub mod kafka;
 pub mod kubelet;
 pub mod process;

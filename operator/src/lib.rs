@@ -51,6 +51,10 @@ pub enum Error {
     /// Serving metrics and probes failed.
     #[error("metrics server: {0}")]
     Server(String),
+
+    /// Talking to a Flink cluster, or reading what it or the pre-check answered, failed.
+    #[error(transparent)]
+    Flink(#[from] engine::flink::FlinkError),
 }
 
 impl Error {
@@ -64,6 +68,7 @@ impl Error {
             Error::TokenSecret(_) => "token_secret",
             Error::Finalizer(_) => "finalizer",
             Error::Server(_) => "server",
+            Error::Flink(_) => "flink",
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::Result;
 use crate::decide::{Observed, RunPlan};
 use crate::resources::Owner;
 
+pub mod flink;
 mod runtime;
 
 pub use runtime::{RuntimeEngine, observe_pod};

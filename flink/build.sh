@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Compiles the pre-check (flink/checker) and the test job (flink/testjob) against one Flink
+# version's jars, as the Flink engine needs them: the checker must run with the *target* Flink
+# version, so it is built once per supported version.
+#
+#   bash flink/build.sh <flink folder>      # the folder holds lib/ (install.sh fills it)
+#
+# Writes <flink folder>/streamjob-flink-checker.jar and streamjob-flink-testjob.jar; skipped
+# when the sources are unchanged (their hash is kept in <flink folder>/.sources-sha256).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+dir="${1:?usage: build.sh <flink folder with lib/>}"
+test -f "$dir/lib/.complete" || { echo "build.sh: $dir/lib holds no complete Flink jar set" >&2; exit 1; }
+sources=$(cd "$here" && find checker testjob -name '*.java' | LC_ALL=C sort)
+sha=$( (cd "$here" && cat build.sh $sources) | sha256sum | cut -d' ' -f1)
+if [ -f "$dir/.sources-sha256" ] && [ "$(cat "$dir/.sources-sha256")" = "$sha" ] \
+    && [ -f "$dir/streamjob-flink-checker.jar" ] && [ -f "$dir/streamjob-flink-testjob.jar" ]; then
+  exit 0
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+for part in checker testjob; do
+  mkdir -p "$work/$part"
+  # --release 17: the jars run on the Java 17 the Flink JVMs use
+  (cd "$here" && javac -nowarn --release 17 -cp "$dir/lib/*" -d "$work/$part" $(find "$part" -name '*.java')) 2>&1 \
+    | grep -v '^Note: ' >&2 || true
+  test -n "$(find "$work/$part" -name '*.class' -print -quit)" || { echo "build.sh: compiling $part failed" >&2; exit 1; }
+  jar cf "$dir/streamjob-flink-$part.jar.tmp" -C "$work/$part" .
+  mv "$dir/streamjob-flink-$part.jar.tmp" "$dir/streamjob-flink-$part.jar"
+done
+echo "$sha" >"$dir/.sources-sha256"

@@ -1,0 +1,321 @@
+package dev.streamjob.flink.checker;
+
+import org.apache.flink.api.dag.Pipeline;
+import org.apache.flink.client.FlinkPipelineTranslationUtil;
+import org.apache.flink.client.program.PackagedProgram;
+import org.apache.flink.client.program.PackagedProgramUtils;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.core.fs.FSDataInputStream;
+import org.apache.flink.core.fs.FileSystem;
+import org.apache.flink.core.fs.Path;
+import org.apache.flink.runtime.OperatorIDPair;
+import org.apache.flink.runtime.checkpoint.OperatorState;
+import org.apache.flink.runtime.checkpoint.OperatorSubtaskState;
+import org.apache.flink.runtime.checkpoint.metadata.CheckpointMetadata;
+import org.apache.flink.runtime.checkpoint.metadata.MetadataSerializers;
+import org.apache.flink.runtime.jobgraph.JobGraph;
+import org.apache.flink.runtime.jobgraph.JobVertex;
+import org.apache.flink.runtime.jobgraph.OperatorID;
+import org.apache.flink.runtime.util.EnvironmentInformation;
+import org.apache.flink.state.api.runtime.SavepointLoader;
+import org.apache.flink.streaming.api.graph.StreamGraph;
+import org.apache.flink.streaming.api.graph.StreamGraphHasherV2;
+import org.apache.flink.streaming.api.graph.StreamNode;
+
+import java.io.DataInputStream;
+import java.io.File;
+import java.io.PrintStream;
+import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+
+/**
+ * The savepoint pre-check: can the new job (its jar, entry class, arguments, parallelism and
+ * configuration) restore this savepoint, on the Flink version this checker runs with?
+ *
+ * <p>It builds the new job's graph without running it (the user's main() runs against Flink's
+ * capturing environment) and compares it with the savepoint's _metadata as Flink's own restore
+ * does (Checkpoints.loadAndValidateCheckpoint): the format version must be readable, every
+ * operator with state must map to an operator of the new graph (unless
+ * --allow-non-restored-state), and an explicitly set max parallelism must be equal. It runs on
+ * the target version's jars, so "can 1.20 read this 2.3 savepoint" is answered by 1.20's code.
+ *
+ * <p>The verdict is one JSON line on stdout (the last line; the user's main() may print before
+ * it). Exit status: 0 compatible, 3 incompatible, 2 the check itself failed (unreadable jar or
+ * savepoint, main() threw): the operator treats that as "not shown compatible".
+ */
+public final class Check {
+    static final int MAGIC = 0x4960672d;
+
+    public static void main(String[] argv) {
+        // The user's main() may print to stdout: keep it off the verdict line.
+        PrintStream verdictOut = System.out;
+        System.setOut(System.err);
+        Args args;
+        try {
+            args = Args.parse(argv);
+        } catch (IllegalArgumentException e) {
+            verdictOut.println(Json.error("usage: " + e.getMessage()));
+            System.exit(2);
+            return;
+        }
+        Verdict verdict;
+        try {
+            verdict = check(args);
+        } catch (Throwable e) {
+            verdictOut.println(Json.error(describe(e)));
+            verdictOut.flush();
+            System.exit(2);
+            return;
+        }
+        verdictOut.println(verdict.toJson());
+        verdictOut.flush();
+        System.exit(verdict.compatible() ? 0 : 3);
+    }
+
+    static Verdict check(Args args) throws Exception {
+        Verdict verdict = new Verdict(EnvironmentInformation.getVersion(), args.savepoint);
+
+        // 1. The format version, read with the target version's own table of serializers.
+        verdict.formatVersion = readFormatVersion(args.savepoint);
+        try {
+            MetadataSerializers.getSerializer(verdict.formatVersion);
+        } catch (IllegalArgumentException e) {
+            verdict.problem(null, null, "format-version",
+                    "savepoint format version " + verdict.formatVersion + " cannot be read by Flink "
+                            + verdict.flinkVersion + " (savepoints restore forward only: it was written by a newer Flink)");
+            return verdict;
+        }
+
+        // 2. The new job's graph, built without running it.
+        Configuration conf = new Configuration();
+        for (Map.Entry<String, String> e : args.conf.entrySet()) {
+            conf.setString(e.getKey(), e.getValue());
+        }
+        PackagedProgram.Builder builder = PackagedProgram.newBuilder()
+                .setJarFile(new File(args.jar))
+                .setArguments(args.programArgs.toArray(new String[0]))
+                .setConfiguration(conf);
+        if (args.entryClass != null) {
+            builder.setEntryPointClassName(args.entryClass);
+        }
+        PackagedProgram program = builder.build();
+        Map<OperatorID, NewOperator> newOperators = new LinkedHashMap<>();
+        try {
+            Pipeline pipeline = PackagedProgramUtils.getPipelineFromProgram(program, conf, args.parallelism, true);
+            Map<Integer, String> uidByNode = new LinkedHashMap<>();
+            Map<Integer, String> nameByNode = new LinkedHashMap<>();
+            Map<OperatorID, Integer> nodeById = new LinkedHashMap<>();
+            if (pipeline instanceof StreamGraph) {
+                StreamGraph streamGraph = (StreamGraph) pipeline;
+                Map<Integer, byte[]> hashes = new StreamGraphHasherV2().traverseStreamGraphAndGenerateHashes(streamGraph);
+                for (StreamNode node : streamGraph.getStreamNodes()) {
+                    uidByNode.put(node.getId(), node.getTransformationUID());
+                    nameByNode.put(node.getId(), node.getOperatorName());
+                    byte[] hash = hashes.get(node.getId());
+                    if (hash != null) {
+                        nodeById.put(new OperatorID(hash), node.getId());
+                    }
+                }
+            }
+            JobGraph jobGraph = FlinkPipelineTranslationUtil.getJobGraph(
+                    program.getUserCodeClassLoader(), pipeline, conf, args.parallelism);
+            for (JobVertex vertex : jobGraph.getVertices()) {
+                for (OperatorIDPair pair : vertex.getOperatorIDs()) {
+                    List<OperatorID> ids = new ArrayList<>();
+                    ids.add(pair.getGeneratedOperatorID());
+                    pair.getUserDefinedOperatorID().ifPresent(ids::add);
+                    for (OperatorID id : ids) {
+                        Integer node = nodeById.get(id);
+                        newOperators.put(id, new NewOperator(
+                                id,
+                                node == null ? null : uidByNode.get(node),
+                                node == null ? vertex.getName() : nameByNode.get(node),
+                                vertex.getMaxParallelism()));
+                    }
+                }
+            }
+        } finally {
+            program.close();
+        }
+        verdict.newOperators.addAll(newOperators.values());
+
+        // 3. The savepoint's operators against the new graph, as Flink's restore maps them.
+        CheckpointMetadata metadata = SavepointLoader.loadSavepointMetadata(args.savepoint);
+        for (OperatorState state : metadata.getOperatorStates()) {
+            verdict.savepointOperators++;
+            OperatorID id = state.getOperatorID();
+            String uid = savedUid(state);
+            NewOperator target = newOperators.get(id);
+            if (target != null) {
+                if (target.uid != null) {
+                    uid = target.uid;
+                }
+                // A max parallelism the new job does not set is taken from the savepoint (Flink
+                // rescales it); one it sets must be equal, or key groups would not line up.
+                if (target.maxParallelism > 0 && target.maxParallelism != state.getMaxParallelism()) {
+                    verdict.problem(id, uid, "max-parallelism",
+                            "max parallelism changed from " + state.getMaxParallelism() + " to " + target.maxParallelism
+                                    + " (key groups of the saved state would not line up)");
+                }
+                if (isSinkCommitter(target) && hasState(state) && writtenBy1x(verdict)) {
+                    verdict.problem(id, uid, "sink-committer-across-majors",
+                            "the savepoint was written by Flink 1.x and holds pending committables of this sink"
+                                    + " committer; Flink " + verdict.flinkVersion + " fails restoring them (\"Trying to"
+                                    + " commit incomplete batch of committables\", measured with Flink 1.20.0 -> 2.3.0"
+                                    + " and FileSink), so the new job would fail after the old one is gone");
+                }
+                continue;
+            }
+            if (!hasState(state)) {
+                continue; // Flink skips empty state of a removed operator.
+            }
+            if (args.allowNonRestoredState) {
+                verdict.notRestored.add(new String[] {id.toHexString(), uid});
+            } else {
+                verdict.problem(id, uid, "unmapped-state",
+                        "the savepoint holds state of operator " + (uid != null ? "uid \"" + uid + "\" (id " + id + ")" : id)
+                                + " that no operator of the new job restores (removed, or its uid changed); set"
+                                + " allowNonRestoredState to drop that state");
+            }
+        }
+        return verdict;
+    }
+
+    /** Sink V2's committer operator: Flink names its uid "Sink Committer: <sink uid>". */
+    static boolean isSinkCommitter(NewOperator operator) {
+        return (operator.uid != null && operator.uid.startsWith("Sink Committer: "))
+                || (operator.name != null && operator.name.endsWith(": Committer"));
+    }
+
+    /** Formats 1-4 are Flink 1.x's (1.20 writes 4); the check runs on a 2.x target. */
+    static boolean writtenBy1x(Verdict verdict) {
+        return verdict.formatVersion <= 4 && !verdict.flinkVersion.startsWith("1.");
+    }
+
+    static boolean hasState(OperatorState state) {
+        if (state.getCoordinatorState() != null) {
+            return true;
+        }
+        for (OperatorSubtaskState subtask : state.getStates()) {
+            if (subtask.hasState()) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** Flink 2.x writes the uid into the savepoint (format v6); 1.x only the operator id. */
+    static String savedUid(OperatorState state) {
+        try {
+            Method m = OperatorState.class.getMethod("getOperatorUid");
+            Object value = m.invoke(state);
+            if (value instanceof Optional) {
+                Optional<?> opt = (Optional<?>) value;
+                return opt.isPresent() && !opt.get().toString().isEmpty() ? opt.get().toString() : null;
+            }
+        } catch (ReflectiveOperationException e) {
+            // 1.x: no uid in the savepoint
+        }
+        return null;
+    }
+
+    static int readFormatVersion(String savepoint) throws Exception {
+        Path path = new Path(savepoint);
+        FileSystem fs = path.getFileSystem();
+        if (fs.getFileStatus(path).isDir()) {
+            path = new Path(path, "_metadata");
+        }
+        try (FSDataInputStream in = fs.open(path); DataInputStream data = new DataInputStream(in)) {
+            int magic = data.readInt();
+            if (magic != MAGIC) {
+                throw new IllegalStateException(path + " is not a savepoint's _metadata (magic "
+                        + Integer.toHexString(magic) + ", expected " + Integer.toHexString(MAGIC) + ")");
+            }
+            return data.readInt();
+        }
+    }
+
+    static String describe(Throwable e) {
+        StringBuilder out = new StringBuilder();
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (out.length() > 0) {
+                out.append(": ");
+            }
+            out.append(t.getClass().getSimpleName());
+            if (t.getMessage() != null) {
+                out.append(" ").append(t.getMessage());
+            }
+            if (t.getCause() == t) {
+                break;
+            }
+        }
+        return out.toString();
+    }
+
+    static final class NewOperator {
+        final OperatorID id;
+        final String uid;
+        final String name;
+        final int maxParallelism;
+
+        NewOperator(OperatorID id, String uid, String name, int maxParallelism) {
+            this.id = id;
+            this.uid = uid;
+            this.name = name;
+            this.maxParallelism = maxParallelism;
+        }
+    }
+
+    static final class Verdict {
+        final String flinkVersion;
+        final String savepoint;
+        int formatVersion;
+        int savepointOperators;
+        final List<NewOperator> newOperators = new ArrayList<>();
+        final List<String[]> problems = new ArrayList<>();
+        final List<String[]> notRestored = new ArrayList<>();
+
+        Verdict(String flinkVersion, String savepoint) {
+            this.flinkVersion = flinkVersion;
+            this.savepoint = savepoint;
+        }
+
+        void problem(OperatorID id, String uid, String kind, String message) {
+            problems.add(new String[] {id == null ? null : id.toHexString(), uid, kind, message});
+        }
+
+        boolean compatible() {
+            return problems.isEmpty();
+        }
+
+        String toJson() {
+            Json j = new Json().open();
+            j.field("verdict", compatible() ? "compatible" : "incompatible");
+            j.field("flinkVersion", flinkVersion);
+            j.field("savepoint", savepoint);
+            j.field("formatVersion", formatVersion);
+            j.field("savepointOperators", savepointOperators);
+            j.key("problems").openArray();
+            for (String[] p : problems) {
+                j.open().field("operatorId", p[0]).field("uid", p[1]).field("kind", p[2]).field("message", p[3]).close();
+            }
+            j.closeArray();
+            j.key("notRestored").openArray();
+            for (String[] p : notRestored) {
+                j.open().field("operatorId", p[0]).field("uid", p[1]).close();
+            }
+            j.closeArray();
+            j.key("operators").openArray();
+            for (NewOperator o : newOperators) {
+                j.open().field("operatorId", o.id.toHexString()).field("uid", o.uid).field("name", o.name)
+                        .field("maxParallelism", o.maxParallelism).close();
+            }
+            j.closeArray();
+            return j.close().toString();
+        }
+    }
+}

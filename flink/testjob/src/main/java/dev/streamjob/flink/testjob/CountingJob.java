@@ -1,0 +1,134 @@
+package dev.streamjob.flink.testjob;
+
+import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.functions.RichMapFunction;
+import org.apache.flink.api.common.serialization.SimpleStringEncoder;
+import org.apache.flink.api.common.state.ValueState;
+import org.apache.flink.api.common.state.ValueStateDescriptor;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.connector.file.sink.FileSink;
+import org.apache.flink.core.fs.Path;
+import org.apache.flink.streaming.api.functions.sink.filesystem.rollingpolicies.OnCheckpointRollingPolicy;
+import org.apache.flink.streaming.api.datastream.DataStream;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
+import org.apache.flink.util.Collector;
+
+import java.util.HashMap;
+import java.util.Map;
+
+/**
+ * The stateful Flink job the tests run on Flink 1.20 and 2.3 (compiled against each): numbers
+ * 0..records-1 from Flink's sequence source (its splits are checkpointed), keyed by number mod
+ * keys, a running count per key in ValueState, every record written as one line
+ * {@code key,number,count,revision} by Flink's FileSink (files are visible once a checkpoint
+ * commits them). Every number therefore appears in exactly one committed line across restores;
+ * the last count per key equals the number of records of that key.
+ *
+ * <p>Arguments (--name value): output (required), records (default 100000), keys (10), rate
+ * (records per second per subtask, 0 = unthrottled; default 2000), revision (a label written
+ * into each line: an "image bump" without a graph change), counter-uid ("counter"; changing it
+ * orphans the count state), max-parallelism (unset by default), source-uid ("numbers").
+ */
+public final class CountingJob {
+    public static void main(String[] argv) throws Exception {
+        Map<String, String> args = parse(argv);
+        String output = required(args, "output");
+        long records = Long.parseLong(args.getOrDefault("records", "100000"));
+        int keys = Integer.parseInt(args.getOrDefault("keys", "10"));
+        int rate = Integer.parseInt(args.getOrDefault("rate", "2000"));
+        String revision = args.getOrDefault("revision", "1");
+
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
+        if (args.containsKey("max-parallelism")) {
+            env.setMaxParallelism(Integer.parseInt(args.get("max-parallelism")));
+        }
+        DataStream<Long> numbers = env.fromSequence(0, records - 1)
+                .uid(args.getOrDefault("source-uid", "numbers"))
+                .name("numbers");
+        DataStream<String> lines = numbers
+                .map(new Throttle(rate)).uid("throttle").name("throttle")
+                .keyBy(n -> n % keys)
+                .process(new RunningCount(revision))
+                .uid(args.getOrDefault("counter-uid", "counter"))
+                .name("counter");
+        // Roll on every checkpoint, so a checkpoint commits every line written before it.
+        lines.sinkTo(FileSink.forRowFormat(new Path(output), new SimpleStringEncoder<String>("UTF-8"))
+                        .withRollingPolicy(OnCheckpointRollingPolicy.build())
+                        .build())
+                .uid("file-sink")
+                .name("file-sink");
+        env.execute("counting-job");
+    }
+
+    /** Keeps the job running long enough to checkpoint, savepoint and upgrade it mid-stream. */
+    static final class Throttle extends RichMapFunction<Long, Long> {
+        private final int perSecond;
+        private transient long started;
+        private transient long emitted;
+
+        Throttle(int perSecond) {
+            this.perSecond = perSecond;
+        }
+
+        @Override
+        public void open(OpenContext context) {
+            started = System.nanoTime();
+            emitted = 0;
+        }
+
+        @Override
+        public Long map(Long value) throws Exception {
+            if (perSecond > 0) {
+                emitted++;
+                long due = started + emitted * 1_000_000_000L / perSecond;
+                long wait = due - System.nanoTime();
+                if (wait > 0) {
+                    Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+                }
+            }
+            return value;
+        }
+    }
+
+    static final class RunningCount extends KeyedProcessFunction<Long, Long, String> {
+        private final String revision;
+        private transient ValueState<Long> count;
+
+        RunningCount(String revision) {
+            this.revision = revision;
+        }
+
+        @Override
+        public void open(OpenContext context) {
+            count = getRuntimeContext().getState(new ValueStateDescriptor<>("count", Types.LONG));
+        }
+
+        @Override
+        public void processElement(Long value, Context ctx, Collector<String> out) throws Exception {
+            Long current = count.value();
+            long next = (current == null ? 0 : current) + 1;
+            count.update(next);
+            out.collect(ctx.getCurrentKey() + "," + value + "," + next + "," + revision);
+        }
+    }
+
+    private static Map<String, String> parse(String[] argv) {
+        Map<String, String> args = new HashMap<>();
+        for (int i = 0; i < argv.length; i++) {
+            if (!argv[i].startsWith("--") || i + 1 >= argv.length) {
+                throw new IllegalArgumentException("arguments are --name value pairs; got " + argv[i]);
+            }
+            args.put(argv[i].substring(2), argv[++i]);
+        }
+        return args;
+    }
+
+    private static String required(Map<String, String> args, String name) {
+        String value = args.get(name);
+        if (value == null) {
+            throw new IllegalArgumentException("--" + name + " is required");
+        }
+        return value;
+    }
+}

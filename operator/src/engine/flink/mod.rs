@@ -1,0 +1,51 @@
+//! Apache Flink as an engine (issue #17), first part: the pieces the adapter is built from.
+//!
+//! - [`rest`]: Flink's REST API as the operator drives it: job state, checkpoints, savepoints
+//!   triggered under a caller-chosen trigger id (kept in status, so a restarted operator polls
+//!   the savepoint it asked for instead of taking another), stop-with-savepoint, disposal.
+//! - [`precheck`]: the verdict of our savepoint pre-check (`flink/checker`, Java, compiled per
+//!   supported Flink version and run with the *target* version's jars) and how it becomes an
+//!   `UpgradeBlocked` reason naming the operator's uid.
+//! - [`version`]: the supported Flink versions and the savepoint format each can read.
+//! - [`config`]: the Flink configuration keys the operator owns (refused in the spec).
+//!
+//! The adapter (an [`Engine`](super::Engine) running standalone application clusters) builds on
+//! these; `e2e/tests/flink.rs` drives real Flink 1.20 and 2.3 JVMs through them.
+
+pub mod config;
+pub mod precheck;
+pub mod rest;
+pub mod version;
+
+/// What can go wrong talking to Flink or reading its answers.
+#[derive(Debug, thiserror::Error)]
+pub enum FlinkError {
+    /// The REST call did not get an answer.
+    #[error("Flink REST {method} {url}: {source}")]
+    Request {
+        method: &'static str,
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// Flink answered with an error status.
+    #[error("Flink REST {method} {url}: HTTP {status}: {body}")]
+    Status {
+        method: &'static str,
+        url: String,
+        status: u16,
+        body: String,
+    },
+    /// Flink's answer is not what its REST API documents.
+    #[error("Flink REST {url}: unexpected answer: {detail}")]
+    Answer { url: String, detail: String },
+    /// The pre-check printed no verdict.
+    #[error("savepoint pre-check: {0}")]
+    Verdict(String),
+    /// A savepoint's `_metadata` is not one.
+    #[error("savepoint metadata: {0}")]
+    Metadata(String),
+    /// A Flink version the engine does not run.
+    #[error("{0}")]
+    Version(String),
+}

@@ -1,0 +1,381 @@
+//! Flink's REST API (the same paths in 1.20 and 2.3), as the operator drives a JobManager.
+//!
+//! Savepoints are triggered with a caller-chosen trigger id ([`trigger_id`]): the id is derived
+//! from what the savepoint is for and kept in `StreamJob.status`, so a retry or a restarted
+//! operator asks Flink about the same operation (Flink answers a repeated trigger id with the
+//! operation it already has) instead of taking a second savepoint.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::FlinkError;
+
+/// A JobManager's REST endpoint.
+#[derive(Clone, Debug)]
+pub struct FlinkRest {
+    base: String,
+    http: reqwest::Client,
+}
+
+/// A job as `/jobs/overview` lists it.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct JobOverview {
+    pub jid: String,
+    pub name: String,
+    /// CREATED, INITIALIZING, RUNNING, FAILING, FAILED, CANCELLING, CANCELED, FINISHED,
+    /// RESTARTING, SUSPENDED, RECONCILING.
+    pub state: String,
+    #[serde(rename = "start-time")]
+    pub start_time: i64,
+    /// Tasks per state (`running`, `initializing`, …).
+    #[serde(default)]
+    pub tasks: std::collections::BTreeMap<String, u64>,
+}
+
+impl JobOverview {
+    /// The job runs and every task of it is running (not just scheduled or initializing).
+    pub fn fully_running(&self) -> bool {
+        let total = self.tasks.get("total").copied().unwrap_or(0);
+        self.state == "RUNNING" && total > 0 && self.tasks.get("running").copied() == Some(total)
+    }
+}
+
+/// One checkpoint or savepoint as `/jobs/:id/checkpoints` reports it.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct CheckpointRef {
+    pub id: u64,
+    #[serde(default)]
+    pub external_path: Option<String>,
+    #[serde(default)]
+    pub is_savepoint: Option<bool>,
+}
+
+/// Checkpoint counts and the latest ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckpointSummary {
+    pub completed: u64,
+    pub failed: u64,
+    pub in_progress: u64,
+    pub latest_completed: Option<CheckpointRef>,
+    pub latest_savepoint: Option<CheckpointRef>,
+    /// What the job was restored from, if anything.
+    pub restored: Option<CheckpointRef>,
+}
+
+/// Where an asynchronous operation (savepoint, stop, disposal) stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Operation {
+    InProgress,
+    /// Completed; the savepoint's location (none for a disposal).
+    Completed(Option<String>),
+    /// Failed, with Flink's cause.
+    Failed(String),
+}
+
+/// A trigger id (32 hex digits, as Flink's `TriggerId`) derived from what the operation is for,
+/// e.g. `"<job uid>/savepoint/<nonce>"`: the same purpose gives the same id on every retry.
+pub fn trigger_id(purpose: &str) -> String {
+    let digest = Sha256::digest(purpose.as_bytes());
+    hex::encode(&digest[..16])
+}
+
+impl FlinkRest {
+    /// `base` is `http://<host>:<rest port>`.
+    pub fn new(base: impl Into<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap_or_default();
+        Self {
+            base: base.into().trim_end_matches('/').to_string(),
+            http,
+        }
+    }
+
+    /// The endpoint's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The cluster's Flink version (`/config`).
+    pub async fn flink_version(&self) -> Result<String, FlinkError> {
+        let config: Value = self.get("/config").await?;
+        string_at(&config, "flink-version", &self.url("/config"))
+    }
+
+    /// Every job the JobManager knows.
+    pub async fn jobs(&self) -> Result<Vec<JobOverview>, FlinkError> {
+        #[derive(Deserialize)]
+        struct Jobs {
+            jobs: Vec<JobOverview>,
+        }
+        let jobs: Jobs = self.get("/jobs/overview").await?;
+        Ok(jobs.jobs)
+    }
+
+    /// Checkpoint counts and the latest checkpoint, savepoint and restore of job `jid`.
+    pub async fn checkpoints(&self, jid: &str) -> Result<CheckpointSummary, FlinkError> {
+        #[derive(Deserialize)]
+        struct Counts {
+            completed: u64,
+            failed: u64,
+            in_progress: u64,
+        }
+        #[derive(Deserialize)]
+        struct Latest {
+            completed: Option<CheckpointRef>,
+            savepoint: Option<CheckpointRef>,
+            restored: Option<CheckpointRef>,
+        }
+        #[derive(Deserialize)]
+        struct Checkpoints {
+            counts: Counts,
+            latest: Latest,
+        }
+        let c: Checkpoints = self.get(&format!("/jobs/{jid}/checkpoints")).await?;
+        Ok(CheckpointSummary {
+            completed: c.counts.completed,
+            failed: c.counts.failed,
+            in_progress: c.counts.in_progress,
+            latest_completed: c.latest.completed,
+            latest_savepoint: c.latest.savepoint,
+            restored: c.latest.restored,
+        })
+    }
+
+    /// Triggers a savepoint of job `jid` into `dir` under `trigger_id` (repeating the call with
+    /// the same id does not take another). Flink's canonical format: portable across state
+    /// backends and Flink versions.
+    pub async fn trigger_savepoint(
+        &self,
+        jid: &str,
+        trigger_id: &str,
+        dir: &str,
+    ) -> Result<(), FlinkError> {
+        let body = json!({
+            "target-directory": dir,
+            "cancel-job": false,
+            "triggerId": trigger_id,
+            "formatType": "CANONICAL",
+        });
+        self.trigger(&format!("/jobs/{jid}/savepoints"), &body, trigger_id)
+            .await
+    }
+
+    /// Stop-with-savepoint of job `jid` (no drain: timers and windows stay in the savepoint).
+    pub async fn stop_with_savepoint(
+        &self,
+        jid: &str,
+        trigger_id: &str,
+        dir: &str,
+    ) -> Result<(), FlinkError> {
+        let body = json!({
+            "targetDirectory": dir,
+            "drain": false,
+            "triggerId": trigger_id,
+            "formatType": "CANONICAL",
+        });
+        self.trigger(&format!("/jobs/{jid}/stop"), &body, trigger_id)
+            .await
+    }
+
+    /// Where the savepoint (or stop) triggered under `trigger_id` stands.
+    pub async fn savepoint(&self, jid: &str, trigger_id: &str) -> Result<Operation, FlinkError> {
+        let path = format!("/jobs/{jid}/savepoints/{trigger_id}");
+        let answer: Value = self.get(&path).await?;
+        operation(&answer, &self.url(&path))
+    }
+
+    /// Disposes of a savepoint through the cluster (it knows the store's credentials); returns
+    /// the trigger id to poll with [`disposal`](Self::disposal).
+    pub async fn dispose_savepoint(&self, location: &str) -> Result<String, FlinkError> {
+        let url = self.url("/savepoint-disposal");
+        let answer: Value = self
+            .post(
+                "/savepoint-disposal",
+                &json!({ "savepoint-path": location }),
+            )
+            .await?;
+        string_at(&answer, "request-id", &url)
+    }
+
+    /// Where a disposal stands.
+    pub async fn disposal(&self, trigger_id: &str) -> Result<Operation, FlinkError> {
+        let path = format!("/savepoint-disposal/{trigger_id}");
+        let answer: Value = self.get(&path).await?;
+        operation(&answer, &self.url(&path))
+    }
+
+    /// The newest failure of job `jid`, first line (what a condition message can show).
+    pub async fn latest_exception(&self, jid: &str) -> Result<Option<String>, FlinkError> {
+        let answer: Value = self.get(&format!("/jobs/{jid}/exceptions")).await?;
+        let trace = answer
+            .pointer("/exceptionHistory/entries/0/stacktrace")
+            .or_else(|| answer.get("root-exception"))
+            .and_then(Value::as_str);
+        Ok(trace.map(|t| t.lines().next().unwrap_or_default().to_string()))
+    }
+
+    async fn trigger(&self, path: &str, body: &Value, trigger_id: &str) -> Result<(), FlinkError> {
+        let url = self.url(path);
+        let answer: Value = self.post(path, body).await?;
+        let id = string_at(&answer, "request-id", &url)?;
+        if id == trigger_id {
+            Ok(())
+        } else {
+            Err(FlinkError::Answer {
+                url,
+                detail: format!("asked for trigger id {trigger_id}, Flink answered {id}"),
+            })
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, FlinkError> {
+        let url = self.url(path);
+        let response = self.http.get(&url).send().await;
+        self.read("GET", url, response).await
+    }
+
+    async fn post<T: DeserializeOwned>(&self, path: &str, body: &Value) -> Result<T, FlinkError> {
+        let url = self.url(path);
+        let response = self.http.post(&url).json(body).send().await;
+        self.read("POST", url, response).await
+    }
+
+    async fn read<T: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        url: String,
+        response: reqwest::Result<reqwest::Response>,
+    ) -> Result<T, FlinkError> {
+        let request = |source| FlinkError::Request {
+            method,
+            url: url.clone(),
+            source,
+        };
+        let response = response.map_err(request)?;
+        let status = response.status();
+        let body = response.text().await.map_err(request)?;
+        if !status.is_success() {
+            return Err(FlinkError::Status {
+                method,
+                url,
+                status: status.as_u16(),
+                body: errors_of(&body),
+            });
+        }
+        serde_json::from_str(&body).map_err(|e| FlinkError::Answer {
+            url,
+            detail: format!("{e}: {}", truncate(&body, 300)),
+        })
+    }
+}
+
+/// `{"status":{"id":"COMPLETED"},"operation":{"location":…} | {"failure-cause":{…}}}`
+fn operation(answer: &Value, url: &str) -> Result<Operation, FlinkError> {
+    let status = answer
+        .pointer("/status/id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| FlinkError::Answer {
+            url: url.to_string(),
+            detail: format!("no status.id in {answer}"),
+        })?;
+    if status == "IN_PROGRESS" {
+        return Ok(Operation::InProgress);
+    }
+    if let Some(cause) = answer.pointer("/operation/failure-cause") {
+        let text = cause
+            .get("stack-trace")
+            .and_then(Value::as_str)
+            .map(|t| t.lines().next().unwrap_or_default().to_string())
+            .unwrap_or_else(|| cause.to_string());
+        return Ok(Operation::Failed(text));
+    }
+    let location = answer
+        .pointer("/operation/location")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Ok(Operation::Completed(location))
+}
+
+fn string_at(value: &Value, key: &str, url: &str) -> Result<String, FlinkError> {
+    value
+        .get(key)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| FlinkError::Answer {
+            url: url.to_string(),
+            detail: format!("no \"{key}\" in {}", truncate(&value.to_string(), 300)),
+        })
+}
+
+/// Flink's error body is `{"errors":["…", "<stack trace>"]}`: keep the first lines.
+fn errors_of(body: &str) -> String {
+    let first = serde_json::from_str::<Value>(body).ok().and_then(|v| {
+        v.get("errors")?.as_array().map(|errors| {
+            errors
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|e| e.lines().next().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    });
+    truncate(&first.unwrap_or_else(|| body.to_string()), 500)
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trigger_ids_are_stable_per_purpose() {
+        let a = trigger_id("uid-1/savepoint/3");
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(a, trigger_id("uid-1/savepoint/3"));
+        assert_ne!(a, trigger_id("uid-1/savepoint/4"));
+    }
+
+    #[test]
+    fn operations_are_read_as_flink_writes_them() {
+        let done =
+            json!({"status":{"id":"COMPLETED"},"operation":{"location":"file:/sp/savepoint-1"}});
+        assert_eq!(
+            operation(&done, "u").unwrap(),
+            Operation::Completed(Some("file:/sp/savepoint-1".into()))
+        );
+        let busy = json!({"status":{"id":"IN_PROGRESS"}});
+        assert_eq!(operation(&busy, "u").unwrap(), Operation::InProgress);
+        let failed = json!({"status":{"id":"COMPLETED"},"operation":{"failure-cause":{"class":"x","stack-trace":"java.util.concurrent.CompletionException: boom\n\tat x"}}});
+        assert_eq!(
+            operation(&failed, "u").unwrap(),
+            Operation::Failed("java.util.concurrent.CompletionException: boom".into())
+        );
+        let disposed = json!({"status":{"id":"COMPLETED"},"operation":{}});
+        assert_eq!(
+            operation(&disposed, "u").unwrap(),
+            Operation::Completed(None)
+        );
+        assert!(operation(&json!({}), "u").is_err());
+        assert_eq!(
+            errors_of(r#"{"errors":["Job not found\n at x", "trace"]}"#),
+            "Job not found; trace"
+        );
+    }
+}
