@@ -5,8 +5,10 @@
 #
 #   bash flink/build.sh <flink folder>      # the folder holds lib/ (install.sh fills it)
 #
-# Writes <flink folder>/streamjob-flink-checker.jar and streamjob-flink-testjob.jar; skipped
-# when the sources are unchanged (their hash is kept in <flink folder>/.sources-sha256).
+# Writes <flink folder>/streamjob-flink-checker.jar and streamjob-flink-testjob.jar, and the test
+# job alone in <flink folder>/testjob-usrlib/ (the usrlib/ of the test job's "image" in the
+# process kubelet); skipped when the sources are unchanged (their hash is kept in
+# <flink folder>/.sources-sha256).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dir="${1:?usage: build.sh <flink folder with lib/>}"
@@ -14,7 +16,7 @@ test -f "$dir/lib/.complete" || { echo "build.sh: $dir/lib holds no complete Fli
 sources=$(cd "$here" && find checker testjob -name '*.java' | LC_ALL=C sort)
 sha=$( (cd "$here" && cat build.sh $sources) | sha256sum | cut -d' ' -f1)
 if [ -f "$dir/.sources-sha256" ] && [ "$(cat "$dir/.sources-sha256")" = "$sha" ] \
-    && [ -f "$dir/streamjob-flink-checker.jar" ] && [ -f "$dir/streamjob-flink-testjob.jar" ]; then
+    && [ -f "$dir/streamjob-flink-checker.jar" ] && [ -f "$dir/testjob-usrlib/streamjob-flink-testjob.jar" ]; then
   exit 0
 fi
 work="$(mktemp -d)"
@@ -28,4 +30,6 @@ for part in checker testjob; do
   jar cf "$dir/streamjob-flink-$part.jar.tmp" -C "$work/$part" .
   mv "$dir/streamjob-flink-$part.jar.tmp" "$dir/streamjob-flink-$part.jar"
 done
+mkdir -p "$dir/testjob-usrlib"
+cp "$dir/streamjob-flink-testjob.jar" "$dir/testjob-usrlib/streamjob-flink-testjob.jar"
 echo "$sha" >"$dir/.sources-sha256"

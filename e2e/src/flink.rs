@@ -3,10 +3,12 @@
 //! (`STREAMJOB_E2E_FLINK_<version>`), with our pre-check and test job compiled against them
 //! (`flink/build.sh`). Everything listens on loopback ports; logs go to the run folder.
 //!
-//! The roles are started as Flink's own scripts start them: the JobManager runs
-//! `StandaloneApplicationClusterEntryPoint` with the job jar in `usrlib/`, a TaskManager runs
-//! `TaskManagerRunner` with the memory options `BashJavaUtils` derives from the configuration.
+//! The roles are started by `e2e/scripts/flink-entrypoint.sh`, the stand-in for the official
+//! Flink image's entrypoint that the process kubelet also runs for Flink images: the JobManager
+//! runs `StandaloneApplicationClusterEntryPoint` with the job jar in `usrlib/`, a TaskManager
+//! runs `TaskManagerRunner` with the memory options `BashJavaUtils` derives.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -18,13 +20,140 @@ use streamjob_operator::engine::flink::rest::{FlinkRest, JobOverview};
 
 use crate::binaries::env_file;
 use crate::error::{Error, IoContext, Result};
-use crate::process::{ManagedProcess, Watchdog, free_port, run_checked};
+use crate::fixtures::repo_root;
+use crate::kubelet::ImageMapping;
+use crate::process::{ManagedProcess, Watchdog, free_port};
 use crate::wait::poll_until;
 
 /// The job id every test cluster runs its job under (application mode allows fixing it).
 pub const JOB_ID: &str = "00000000000000000000000000000001";
 /// Main class of the test job (`flink/testjob`).
 pub const TEST_JOB_CLASS: &str = "dev.streamjob.flink.testjob.CountingJob";
+/// The Flink versions install.sh provides.
+pub const VERSIONS: &[&str] = &["1.20.0", "2.3.0"];
+/// The test job's image in the process kubelet (`<image>:<Flink version>`).
+pub const TEST_JOB_IMAGE: &str = "streamjob/flink-testjob";
+
+/// Process-kubelet mappings of `streamjob/flink-testjob:<version>` (Flink of that version with
+/// the test job in `usrlib/`, playing the official image's entrypoint) for every installed
+/// version.
+pub fn kubelet_images() -> Vec<ImageMapping> {
+    let entrypoint = repo_root().join("e2e/scripts/flink-entrypoint.sh");
+    VERSIONS
+        .iter()
+        .filter_map(|v| FlinkDist::find(v).ok())
+        .map(|dist| ImageMapping {
+            image: format!("{TEST_JOB_IMAGE}:{}", dist.version),
+            binary: entrypoint.clone(),
+            env: BTreeMap::from([
+                ("FLINK_HOME".to_string(), dist.dir.display().to_string()),
+                (
+                    "FLINK_USRLIB".to_string(),
+                    dist.dir.join("testjob-usrlib").display().to_string(),
+                ),
+            ]),
+            aliases: vec!["/docker-entrypoint.sh".into()],
+        })
+        .collect()
+}
+
+/// Arguments of the test job: `records` numbers over `keys` keys at `rate` per source subtask,
+/// lines labelled `revision`, written under `out` (a Flink path, e.g. `file:///…`).
+pub fn counting_job_args(
+    out: &str,
+    records: u64,
+    keys: u64,
+    rate: u32,
+    revision: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--output".into(),
+        out.into(),
+        "--records".into(),
+        records.to_string(),
+        "--keys".into(),
+        keys.to_string(),
+        "--rate".into(),
+        rate.to_string(),
+        "--revision".into(),
+        revision.into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Reads every committed line of the test job under the local folder `out` (hidden files are
+/// in progress or pending: not visible output) and checks it: every number `0..records` in
+/// exactly one line, each key's running counts exactly `1..=records/keys`. Returns the lines
+/// per revision.
+pub fn check_counting_output(
+    out: &Path,
+    records: u64,
+    keys: u64,
+) -> Result<BTreeMap<String, usize>> {
+    let mut seen = vec![0u32; usize::try_from(records).unwrap_or(0)];
+    let mut counts: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut revisions: BTreeMap<String, usize> = BTreeMap::new();
+    let mut total = 0u64;
+    let mut stack = vec![out.to_path_buf()];
+    let bad =
+        |what: String| Error::Other(format!("test job output under {}: {what}", out.display()));
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).ctx(|| format!("list {}", dir.display()))? {
+            let path = entry.ctx(|| format!("list {}", dir.display()))?.path();
+            let hidden = path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if hidden {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).ctx(|| format!("read {}", path.display()))?;
+            for line in text.lines() {
+                let f: Vec<&str> = line.split(',').collect();
+                let number = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+                let (Some(key), Some(n), Some(count), Some(revision), 4) =
+                    (number(0), number(1), number(2), f.get(3), f.len())
+                else {
+                    return Err(bad(format!("{}: malformed line {line:?}", path.display())));
+                };
+                let slot = seen
+                    .get_mut(usize::try_from(n).unwrap_or(usize::MAX))
+                    .ok_or_else(|| bad(format!("number {n} out of range")))?;
+                *slot += 1;
+                if n % keys != key {
+                    return Err(bad(format!("number {n} under key {key}")));
+                }
+                counts.entry(key).or_default().push(count);
+                *revisions.entry((*revision).to_string()).or_default() += 1;
+                total += 1;
+            }
+        }
+    }
+    let missing = seen.iter().filter(|&&n| n == 0).count();
+    let duplicated = seen.iter().filter(|&&n| n > 1).count();
+    tracing::info!(total, missing, duplicated, ?revisions, "test job output");
+    if missing > 0 || duplicated > 0 || total != records {
+        return Err(bad(format!(
+            "{total} committed lines for {records} numbers: {missing} missing, {duplicated} duplicated"
+        )));
+    }
+    let expected: Vec<u64> = (1..=records / keys).collect();
+    for (key, mut c) in counts {
+        c.sort_unstable();
+        if c != expected {
+            return Err(bad(format!(
+                "key {key}: running counts are not 1..={} (state lost or counted twice)",
+                records / keys
+            )));
+        }
+    }
+    Ok(revisions)
+}
 
 /// One installed Flink version: `lib/` and the jars built against it.
 #[derive(Clone, Debug)]
@@ -115,32 +244,6 @@ impl FlinkDist {
         })?;
         Ok((verdict, started.elapsed()))
     }
-
-    /// JVM and `-D` options `BashJavaUtils` derives for a role (`GET_JM_RESOURCE_PARAMS` or
-    /// `GET_TM_RESOURCE_PARAMS`) from the configuration in `conf`.
-    fn resource_params(&self, command: &str, conf: &Path) -> Result<(Vec<String>, Vec<String>)> {
-        let out = run_checked(
-            Command::new(java())
-                .arg("-cp")
-                .arg(format!("{}/*", self.lib().display()))
-                .arg("org.apache.flink.runtime.util.bash.BashJavaUtils")
-                .arg(command)
-                .arg("-c")
-                .arg(conf),
-        )?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let results: Vec<Vec<String>> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("BASH_JAVA_UTILS_EXEC_RESULT:"))
-            .map(|l| l.split_whitespace().map(str::to_string).collect())
-            .collect();
-        match results.as_slice() {
-            [jvm, dynamic] => Ok((jvm.clone(), dynamic.clone())),
-            _ => Err(Error::Other(format!(
-                "BashJavaUtils {command} printed no JVM and dynamic options: {text}"
-            ))),
-        }
-    }
 }
 
 fn java() -> String {
@@ -175,19 +278,11 @@ pub struct FlinkCluster {
     started: Instant,
 }
 
-const LOG4J: &str = "rootLogger.level = INFO
-rootLogger.appenderRef.console.ref = ConsoleAppender
-appender.console.name = ConsoleAppender
-appender.console.type = CONSOLE
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss,SSS} %-5p %-40c{1} - %m%n
-logger.akka.name = org.apache.pekko
-logger.akka.level = WARN
-";
-
 impl FlinkCluster {
-    /// Lays out a Flink home in `<run_dir>/<name>` and starts the JobManager and TaskManagers.
-    /// Returns at once; wait with [`wait_job`](Self::wait_job).
+    /// Starts the JobManager and TaskManagers with `e2e/scripts/flink-entrypoint.sh` (the
+    /// process kubelet's stand-in for the official image's entrypoint), each in its own folder
+    /// under `<run_dir>/<name>`, on loopback ports. Returns at once; wait with
+    /// [`wait_job`](Self::wait_job).
     pub fn start(
         dist: &FlinkDist,
         run_dir: &Path,
@@ -196,46 +291,21 @@ impl FlinkCluster {
         watchdog: Option<&Watchdog>,
     ) -> Result<Self> {
         let home = run_dir.join(name);
-        let conf_dir = home.join("conf");
         let usrlib = home.join("usrlib");
-        for dir in [&conf_dir, &usrlib] {
-            std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
-        }
-        let lib_link = home.join("lib");
-        if !lib_link.exists() {
-            std::os::unix::fs::symlink(dist.lib(), &lib_link)
-                .ctx(|| format!("link {}", lib_link.display()))?;
-        }
-        let jar = usrlib.join("job.jar");
-        std::fs::copy(&spec.job_jar, &jar).ctx(|| format!("copy {}", spec.job_jar.display()))?;
+        std::fs::create_dir_all(&usrlib).ctx(|| format!("create {}", usrlib.display()))?;
+        std::fs::copy(&spec.job_jar, usrlib.join("job.jar"))
+            .ctx(|| format!("copy {}", spec.job_jar.display()))?;
 
         let (rpc, rest, blob, tm_rpc) = (free_port()?, free_port()?, free_port()?, free_port()?);
-        let query = free_port()?;
         let mut conf = vec![
-            (
-                "jobmanager.rpc.address".to_string(),
-                "127.0.0.1".to_string(),
-            ),
-            ("jobmanager.rpc.port".into(), rpc.to_string()),
-            ("jobmanager.bind-host".into(), "127.0.0.1".into()),
-            ("rest.address".into(), "127.0.0.1".into()),
-            ("rest.bind-address".into(), "127.0.0.1".into()),
+            ("jobmanager.rpc.port".to_string(), rpc.to_string()),
             ("rest.port".into(), rest.to_string()),
             ("blob.server.port".into(), blob.to_string()),
-            ("taskmanager.host".into(), "127.0.0.1".into()),
-            ("taskmanager.bind-host".into(), "127.0.0.1".into()),
-            // One TaskManager per port range entry: several share this host.
+            // Several TaskManagers share this host: a range.
             (
                 "taskmanager.rpc.port".into(),
                 format!("{tm_rpc}-{}", tm_rpc + 20),
             ),
-            ("taskmanager.data.port".into(), "0".into()),
-            (
-                "metrics.internal.query-service.port".into(),
-                format!("{query}-{}", query + 20),
-            ),
-            ("jobmanager.memory.process.size".into(), "1024m".into()),
-            ("taskmanager.memory.process.size".into(), "1280m".into()),
             (
                 "taskmanager.numberOfTaskSlots".into(),
                 spec.slots_per_task_manager.to_string(),
@@ -248,35 +318,27 @@ impl FlinkCluster {
             ),
         ];
         conf.extend(spec.conf.iter().cloned());
-        let yaml: String = conf
+        let properties: String = conf
             .iter()
             .map(|(k, v)| format!("{k}: \"{v}\"\n"))
             .collect();
-        std::fs::write(conf_dir.join("config.yaml"), yaml).ctx(|| "write config.yaml".into())?;
-        let log4j = conf_dir.join("log4j-console.properties");
-        std::fs::write(&log4j, LOG4J).ctx(|| "write log4j".into())?;
-
-        let java_base = |jvm: &[String]| {
-            let mut cmd = Command::new(java());
-            cmd.args(jvm)
-                .args(JAVA_17_OPTIONS)
-                .arg("-XX:+UseSerialGC")
-                .arg(format!("-Dlog4j.configurationFile={}", log4j.display()))
-                .arg("-cp")
-                .arg(format!("{}/*", lib_link.display()))
-                .env("FLINK_LIB_DIR", &lib_link)
-                .env("FLINK_CONF_DIR", &conf_dir)
-                .current_dir(&home);
-            cmd
+        let entrypoint = repo_root().join("e2e/scripts/flink-entrypoint.sh");
+        let role = |folder: &str| -> Result<Command> {
+            let dir = home.join(folder);
+            std::fs::create_dir_all(&dir).ctx(|| format!("create {}", dir.display()))?;
+            let mut cmd = Command::new(&entrypoint);
+            cmd.env("FLINK_HOME", &dist.dir)
+                .env("FLINK_USRLIB", &usrlib)
+                .env("FLINK_PROPERTIES", &properties)
+                .env("POD_IP", "127.0.0.1")
+                .current_dir(dir);
+            Ok(cmd)
         };
 
         let started = Instant::now();
-        let (jm_jvm, jm_dynamic) = dist.resource_params("GET_JM_RESOURCE_PARAMS", &conf_dir)?;
-        let mut jm = java_base(&jm_jvm);
-        jm.arg("org.apache.flink.container.entrypoint.StandaloneApplicationClusterEntryPoint")
-            .arg("-c")
-            .arg(&conf_dir)
-            .args(&jm_dynamic)
+        let mut jm = role("jobmanager")?;
+        jm.arg("standalone-job")
+            .args(["-D", "jobmanager.rpc.address=127.0.0.1"])
             .arg("--job-classname")
             .arg(&spec.entry_class)
             .arg("--job-id")
@@ -291,15 +353,11 @@ impl FlinkCluster {
         let job_manager =
             ManagedProcess::spawn(&format!("{name}-jobmanager"), jm, run_dir, watchdog)?
                 .with_grace(Duration::from_secs(15));
-
-        let (tm_jvm, tm_dynamic) = dist.resource_params("GET_TM_RESOURCE_PARAMS", &conf_dir)?;
         let mut task_managers = Vec::new();
         for i in 0..spec.task_managers {
-            let mut tm = java_base(&tm_jvm);
-            tm.arg("org.apache.flink.runtime.taskexecutor.TaskManagerRunner")
-                .arg("-c")
-                .arg(&conf_dir)
-                .args(&tm_dynamic);
+            let mut tm = role(&format!("taskmanager-{i}"))?;
+            tm.arg("taskmanager")
+                .args(["-D", "jobmanager.rpc.address=127.0.0.1"]);
             task_managers.push(
                 ManagedProcess::spawn(&format!("{name}-taskmanager-{i}"), tm, run_dir, watchdog)?
                     .with_grace(Duration::from_secs(15)),

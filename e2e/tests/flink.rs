@@ -1,6 +1,7 @@
 //! Issue #17 (part 1): real Apache Flink 1.20 and 2.3 JVMs (jars from Maven Central, started by
 //! the harness as standalone application clusters), driven through the REST client and the
-//! savepoint pre-check the Flink engine uses. No Kubernetes yet.
+//! savepoint pre-check the Flink engine uses (as pods on Kubernetes:
+//! `e2e/tests/operator/flink_cluster.rs`).
 //!
 //! Per version, one stateful job (`flink/testjob`: sequence source → keyed running count in
 //! ValueState → FileSink rolling on checkpoints) is savepointed by trigger id, pre-checked
@@ -14,11 +15,13 @@
 
 #![allow(clippy::unwrap_used)] // test code
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use streamjob_e2e::flink::{ApplicationSpec, FlinkCluster, FlinkDist, JOB_ID, TEST_JOB_CLASS};
+use streamjob_e2e::flink::{
+    ApplicationSpec, FlinkCluster, FlinkDist, JOB_ID, TEST_JOB_CLASS, check_counting_output,
+    counting_job_args,
+};
 use streamjob_e2e::process::Watchdog;
 use streamjob_e2e::wait::poll_until;
 use streamjob_operator::engine::flink::precheck::{CheckRequest, Verdict};
@@ -29,24 +32,9 @@ const KEYS: u64 = 10;
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn job_args(out: &Path, revision: &str, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--output",
-        &format!("file://{}", out.display()),
-        "--records",
-        &RECORDS.to_string(),
-        "--keys",
-        &KEYS.to_string(),
-        // per source subtask: the job runs long enough to be savepointed and upgraded mid-stream
-        "--rate",
-        "500",
-        "--revision",
-        revision,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args
+    // 500 per source subtask: the job runs long enough to be savepointed and upgraded mid-stream
+    let out = format!("file://{}", out.display());
+    counting_job_args(&out, RECORDS, KEYS, 500, revision, extra)
 }
 
 fn conf(dir: &Path) -> Vec<(String, String)> {
@@ -136,34 +124,6 @@ async fn checkpoints_at_least(cluster: &FlinkCluster, n: u64) {
     )
     .await
     .unwrap();
-}
-
-/// `(key, number, count, revision)` of every committed line (hidden files are in progress or
-/// pending: not visible output).
-fn committed_lines(out: &Path) -> Vec<(u64, u64, u64, String)> {
-    let mut lines = Vec::new();
-    let mut stack = vec![out.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().to_string();
-            if path.is_dir() {
-                stack.push(path);
-            } else if !name.starts_with('.') {
-                for line in std::fs::read_to_string(&path).unwrap().lines() {
-                    let f: Vec<&str> = line.split(',').collect();
-                    assert_eq!(f.len(), 4, "{}: {line}", path.display());
-                    lines.push((
-                        f[0].parse().unwrap(),
-                        f[1].parse().unwrap(),
-                        f[2].parse().unwrap(),
-                        f[3].to_string(),
-                    ));
-                }
-            }
-        }
-    }
-    lines
 }
 
 /// What one version's scenario leaves for the cross-version checks.
@@ -389,33 +349,8 @@ async fn savepoint_precheck_upgrade(dist: &FlinkDist, format_version: u32) -> Sc
 }
 
 fn assert_exactly_once(out: &Path) {
-    let lines = committed_lines(out);
-    let mut seen = vec![0u32; RECORDS as usize];
-    let mut counts: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    let mut revisions: BTreeMap<String, usize> = BTreeMap::new();
-    for (key, number, count, revision) in &lines {
-        seen[*number as usize] += 1;
-        assert_eq!(number % KEYS, *key);
-        counts.entry(*key).or_default().push(*count);
-        *revisions.entry(revision.clone()).or_default() += 1;
-    }
-    let missing = seen.iter().filter(|&&n| n == 0).count();
-    let duplicated = seen.iter().filter(|&&n| n > 1).count();
-    eprintln!(
-        "{} committed lines: {missing} numbers missing, {duplicated} duplicated; per revision {revisions:?}",
-        lines.len()
-    );
-    assert_eq!((missing, duplicated), (0, 0));
-    assert_eq!(lines.len() as u64, RECORDS);
-    for (key, mut c) in counts {
-        c.sort_unstable();
-        let expected: Vec<u64> = (1..=RECORDS / KEYS).collect();
-        assert!(
-            c == expected,
-            "key {key}: running counts are not 1..={}",
-            RECORDS / KEYS
-        );
-    }
+    let revisions = check_counting_output(out, RECORDS, KEYS).unwrap();
+    eprintln!("{RECORDS} numbers exactly once; lines per revision {revisions:?}");
     assert!(revisions.get("1").is_some_and(|&n| n > 0), "{revisions:?}");
     assert!(revisions.get("2").is_some_and(|&n| n > 0), "{revisions:?}");
 }

@@ -26,6 +26,8 @@ use streamjob_e2e::scenario::{
 };
 use streamjob_e2e::wait::poll_until;
 
+#[path = "operator/flink_cluster.rs"]
+mod flink_cluster;
 #[path = "operator/user_images.rs"]
 mod user_images;
 
@@ -53,6 +55,7 @@ async fn env() -> &'static TestEnv {
         );
         opts.images.push(broken_image());
         opts.images.extend(user_images::template_images());
+        opts.images.extend(streamjob_e2e::flink::kubelet_images());
         opts
     })
     .await

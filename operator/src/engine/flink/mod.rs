@@ -8,10 +8,13 @@
 //!   `UpgradeBlocked` reason naming the operator's uid.
 //! - [`version`]: the supported Flink versions and the savepoint format each can read.
 //! - [`config`]: the Flink configuration keys the operator owns (refused in the spec).
+//! - [`cluster`]: the objects of one standalone application cluster (ConfigMap, JobManager and
+//!   TaskManager pods, rest Service), pure.
 //!
 //! The adapter (an [`Engine`](super::Engine) running standalone application clusters) builds on
 //! these; `e2e/tests/flink.rs` drives real Flink 1.20 and 2.3 JVMs through them.
 
+pub mod cluster;
 pub mod config;
 pub mod precheck;
 pub mod rest;

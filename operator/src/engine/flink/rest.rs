@@ -156,14 +156,7 @@ impl FlinkRest {
         trigger_id: &str,
         dir: &str,
     ) -> Result<(), FlinkError> {
-        let body = json!({
-            "target-directory": dir,
-            "cancel-job": false,
-            "triggerId": trigger_id,
-            "formatType": "CANONICAL",
-        });
-        self.trigger(&format!("/jobs/{jid}/savepoints"), &body, trigger_id)
-            .await
+        self.savepoint_request(jid, trigger_id, dir, false).await
     }
 
     /// Stop-with-savepoint of job `jid` (no drain: timers and windows stay in the savepoint).
@@ -173,14 +166,32 @@ impl FlinkRest {
         trigger_id: &str,
         dir: &str,
     ) -> Result<(), FlinkError> {
-        let body = json!({
-            "targetDirectory": dir,
-            "drain": false,
-            "triggerId": trigger_id,
-            "formatType": "CANONICAL",
-        });
-        self.trigger(&format!("/jobs/{jid}/stop"), &body, trigger_id)
-            .await
+        self.savepoint_request(jid, trigger_id, dir, true).await
+    }
+
+    async fn savepoint_request(
+        &self,
+        jid: &str,
+        trigger_id: &str,
+        dir: &str,
+        stop: bool,
+    ) -> Result<(), FlinkError> {
+        // The two endpoints spell their fields differently.
+        let (path, body) = if stop {
+            (
+                format!("/jobs/{jid}/stop"),
+                json!({ "targetDirectory": dir, "drain": false }),
+            )
+        } else {
+            (
+                format!("/jobs/{jid}/savepoints"),
+                json!({ "target-directory": dir, "cancel-job": false }),
+            )
+        };
+        let mut body = body;
+        body["triggerId"] = json!(trigger_id);
+        body["formatType"] = json!("CANONICAL");
+        self.trigger(&path, &body, trigger_id).await
     }
 
     /// Where the savepoint (or stop) triggered under `trigger_id` stands.

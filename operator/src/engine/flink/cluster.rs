@@ -1,0 +1,429 @@
+//! Pure builders of a Flink standalone application cluster, as the Flink engine runs one job
+//! version: a ConfigMap with the cluster's `config.yaml`, one JobManager pod (application mode:
+//! it runs the job's `main()` and the job), TaskManager pods pointed at the JobManager, and the
+//! rest Service. The pods run the user's Flink image with its own entrypoint (`standalone-job`,
+//! `taskmanager`), configured as the official image is: `FLINK_PROPERTIES` (from the ConfigMap)
+//! and `-D` arguments. Everything binds to the pod's IP.
+//!
+//! TaskManagers are given the JobManager's pod IP, as the runtime engine gives workers their
+//! coordinator's: a TaskManager is made once the JobManager pod has an address, and a new
+//! JobManager pod gets new TaskManagers. (No cluster DNS is assumed.)
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapKeySelector, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, Probe, ResourceRequirements,
+    SecurityContext, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::config::{OwnedKey, owned_keys};
+
+/// Flink's ports, the same in every cluster (each pod has its own IP).
+pub const REST_PORT: u16 = 8081;
+pub const RPC_PORT: u16 = 6123;
+pub const BLOB_PORT: u16 = 6124;
+/// The TaskManager's RPC port.
+pub const TASK_MANAGER_RPC_PORT: u16 = 6122;
+/// ConfigMap key of the configuration (handed to the pods as `FLINK_PROPERTIES`).
+pub const CONFIG_KEY: &str = "config.yaml";
+/// The official Flink image's user (`flink`): its entrypoint writes into `/opt/flink/conf`.
+pub const FLINK_USER: i64 = 9999;
+/// Label telling JobManager and TaskManager pods apart.
+pub const LABEL_COMPONENT: &str = "streamjob.io/flink-component";
+
+/// Memory and CPU of one JobManager or TaskManager pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodResources {
+    /// Flink's `*.memory.process.size` and the pod's memory request and limit (`1024m`, `2g`).
+    pub memory_mib: u32,
+    /// CPU request (`"1"`, `"500m"`).
+    pub cpu: String,
+}
+
+/// Everything one cluster (one version of one job) is made of.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterPlan {
+    /// Prefix of every object's name (`<job>-<version hash>`).
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub owner: Option<OwnerReference>,
+    pub image: String,
+    pub image_pull_policy: Option<String>,
+    pub entry_class: String,
+    pub args: Vec<String>,
+    /// The job's id (32 hex digits), fixed so its checkpoints and REST paths are predictable.
+    pub job_id: String,
+    pub parallelism: u32,
+    pub slots_per_task_manager: u32,
+    pub task_managers: u32,
+    pub job_manager: PodResources,
+    pub task_manager: PodResources,
+    pub from_savepoint: Option<String>,
+    pub allow_non_restored_state: bool,
+    pub checkpoints_dir: String,
+    pub savepoints_dir: String,
+    /// The user's Flink configuration (checked with [`ClusterPlan::check_configuration`]).
+    pub configuration: BTreeMap<String, String>,
+}
+
+impl ClusterPlan {
+    pub fn config_map_name(&self) -> String {
+        format!("{}-flink-config", self.name)
+    }
+
+    pub fn job_manager_name(&self) -> String {
+        format!("{}-jobmanager", self.name)
+    }
+
+    pub fn task_manager_name(&self, index: u32) -> String {
+        format!("{}-taskmanager-{index}", self.name)
+    }
+
+    pub fn rest_service_name(&self) -> String {
+        format!("{}-rest", self.name)
+    }
+
+    /// The user's configuration keys the operator owns (refused with these messages).
+    pub fn check_configuration(&self) -> Vec<OwnedKey> {
+        owned_keys(&self.configuration)
+    }
+
+    /// `config.yaml`: the user's configuration, then the keys the operator owns.
+    pub fn config_yaml(&self) -> String {
+        let mut conf = self.configuration.clone();
+        let mut own = |k: &str, v: String| {
+            conf.insert(k.to_string(), v);
+        };
+        own("jobmanager.rpc.port", RPC_PORT.to_string());
+        own("rest.port", REST_PORT.to_string());
+        own("blob.server.port", BLOB_PORT.to_string());
+        own("taskmanager.rpc.port", TASK_MANAGER_RPC_PORT.to_string());
+        own(
+            "taskmanager.numberOfTaskSlots",
+            self.slots_per_task_manager.to_string(),
+        );
+        own("parallelism.default", self.parallelism.to_string());
+        own(
+            "jobmanager.memory.process.size",
+            format!("{}m", self.job_manager.memory_mib),
+        );
+        own(
+            "taskmanager.memory.process.size",
+            format!("{}m", self.task_manager.memory_mib),
+        );
+        // 1.20 reads the first name of each, 2.x the second.
+        own("state.checkpoints.dir", self.checkpoints_dir.clone());
+        own("execution.checkpointing.dir", self.checkpoints_dir.clone());
+        own("state.savepoints.dir", self.savepoints_dir.clone());
+        own(
+            "execution.checkpointing.savepoint-dir",
+            self.savepoints_dir.clone(),
+        );
+        // Stop-with-savepoint must leave the JobManager up to report where the savepoint went.
+        own("execution.shutdown-on-application-finish", "false".into());
+        conf.iter()
+            .map(|(k, v)| format!("{k}: {}\n", yaml_string(v)))
+            .collect()
+    }
+
+    pub fn config_map(&self) -> ConfigMap {
+        ConfigMap {
+            metadata: self.meta(&self.config_map_name(), None),
+            data: Some(BTreeMap::from([(
+                CONFIG_KEY.to_string(),
+                self.config_yaml(),
+            )])),
+            ..Default::default()
+        }
+    }
+
+    /// The JobManager: `standalone-job` runs the job's `main()` and the job.
+    pub fn job_manager_pod(&self) -> Pod {
+        let mut args = vec![
+            "standalone-job".to_string(),
+            "-D".into(),
+            "jobmanager.rpc.address=$(POD_IP)".into(),
+            "--job-classname".into(),
+            self.entry_class.clone(),
+            "--job-id".into(),
+            self.job_id.clone(),
+        ];
+        if let Some(savepoint) = &self.from_savepoint {
+            args.extend(["--fromSavepoint".into(), savepoint.clone()]);
+        }
+        if self.allow_non_restored_state {
+            args.push("--allowNonRestoredState".into());
+        }
+        args.extend(self.args.iter().cloned());
+        let ports = [("rest", REST_PORT), ("rpc", RPC_PORT), ("blob", BLOB_PORT)];
+        let mut container = self.container("jobmanager", args, &ports, &self.job_manager);
+        let probe = |initial: i32| Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/config".into()),
+                port: IntOrString::Int(i32::from(REST_PORT)),
+                ..Default::default()
+            }),
+            initial_delay_seconds: Some(initial),
+            period_seconds: Some(5),
+            failure_threshold: Some(6),
+            ..Default::default()
+        };
+        container.readiness_probe = Some(probe(2));
+        container.liveness_probe = Some(probe(30));
+        self.pod(&self.job_manager_name(), "jobmanager", container)
+    }
+
+    /// TaskManager `index`, registering with the JobManager at `job_manager_ip`.
+    pub fn task_manager_pod(&self, index: u32, job_manager_ip: &str) -> Pod {
+        let args = vec![
+            "taskmanager".to_string(),
+            "-D".into(),
+            format!("jobmanager.rpc.address={job_manager_ip}"),
+        ];
+        let ports = [("rpc", TASK_MANAGER_RPC_PORT)];
+        let container = self.container("taskmanager", args, &ports, &self.task_manager);
+        self.pod(&self.task_manager_name(index), "taskmanager", container)
+    }
+
+    /// The JobManager's REST endpoint (web UI, `kubectl port-forward`).
+    pub fn rest_service(&self) -> Service {
+        Service {
+            metadata: self.meta(&self.rest_service_name(), None),
+            spec: Some(ServiceSpec {
+                selector: Some(self.selector("jobmanager")),
+                ports: Some(vec![ServicePort {
+                    name: Some("rest".into()),
+                    port: i32::from(REST_PORT),
+                    target_port: Some(IntOrString::Int(i32::from(REST_PORT))),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn container(
+        &self,
+        name: &str,
+        args: Vec<String>,
+        ports: &[(&str, u16)],
+        resources: &PodResources,
+    ) -> Container {
+        let memory = Quantity(format!("{}Mi", resources.memory_mib));
+        Container {
+            name: name.into(),
+            image: Some(self.image.clone()),
+            image_pull_policy: self.image_pull_policy.clone(),
+            args: Some(args),
+            env: Some(vec![
+                EnvVar {
+                    name: "POD_IP".into(),
+                    value_from: Some(EnvVarSource {
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: "status.podIP".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                EnvVar {
+                    name: "FLINK_PROPERTIES".into(),
+                    value_from: Some(EnvVarSource {
+                        config_map_key_ref: Some(ConfigMapKeySelector {
+                            name: self.config_map_name(),
+                            key: CONFIG_KEY.into(),
+                            optional: Some(false),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            ]),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(n, p)| ContainerPort {
+                        name: Some((*n).into()),
+                        container_port: i32::from(*p),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([
+                    ("cpu".to_string(), Quantity(resources.cpu.clone())),
+                    ("memory".to_string(), memory.clone()),
+                ])),
+                limits: Some(BTreeMap::from([("memory".to_string(), memory)])),
+                ..Default::default()
+            }),
+            // The official image writes its configuration under /opt/flink: not read-only.
+            security_context: Some(SecurityContext {
+                read_only_root_filesystem: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn pod(&self, name: &str, component: &str, container: Container) -> Pod {
+        let mut spec = PodSpec {
+            containers: vec![container],
+            restart_policy: Some("Never".into()),
+            security_context: Some(PodSecurityContext {
+                run_as_user: Some(FLINK_USER),
+                run_as_group: Some(FLINK_USER),
+                fs_group: Some(FLINK_USER),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        crate::pod_security::restrict(&mut spec);
+        Pod {
+            metadata: self.meta(name, Some(component)),
+            spec: Some(spec),
+            ..Default::default()
+        }
+    }
+
+    fn selector(&self, component: &str) -> BTreeMap<String, String> {
+        let mut labels = self.labels.clone();
+        labels.insert(LABEL_COMPONENT.into(), component.into());
+        labels
+    }
+
+    fn meta(&self, name: &str, component: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(match component {
+                Some(c) => self.selector(c),
+                None => self.labels.clone(),
+            }),
+            owner_references: self.owner.clone().map(|o| vec![o]),
+            ..Default::default()
+        }
+    }
+}
+
+/// A YAML scalar that stays a string (quoted, escaped).
+fn yaml_string(v: &str) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "\"\"".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> ClusterPlan {
+        ClusterPlan {
+            name: "clicks-1a2b3c4d".into(),
+            namespace: "team-a".into(),
+            labels: BTreeMap::from([("streamjob.io/job".into(), "clicks".into())]),
+            owner: None,
+            image: "example.com/clicks-flink:2".into(),
+            image_pull_policy: None,
+            entry_class: "com.example.Clicks".into(),
+            args: vec!["--output".into(), "s3://b/out".into()],
+            job_id: "00000000000000000000000000000001".into(),
+            parallelism: 4,
+            slots_per_task_manager: 2,
+            task_managers: 2,
+            job_manager: PodResources {
+                memory_mib: 1024,
+                cpu: "500m".into(),
+            },
+            task_manager: PodResources {
+                memory_mib: 2048,
+                cpu: "1".into(),
+            },
+            from_savepoint: Some("s3://b/savepoints/savepoint-1".into()),
+            allow_non_restored_state: true,
+            checkpoints_dir: "s3://b/checkpoints".into(),
+            savepoints_dir: "s3://b/savepoints".into(),
+            configuration: BTreeMap::from([
+                ("execution.checkpointing.interval".into(), "10s".into()),
+                ("parallelism.default".into(), "99".into()),
+            ]),
+        }
+    }
+
+    #[test]
+    fn the_operator_owns_what_its_protocol_depends_on() {
+        let p = plan();
+        let yaml = p.config_yaml();
+        assert!(
+            yaml.contains("execution.checkpointing.interval: \"10s\"\n"),
+            "{yaml}"
+        );
+        // A refused key never reaches the cluster even if validation were skipped.
+        assert!(yaml.contains("parallelism.default: \"4\"\n"), "{yaml}");
+        assert!(yaml.contains("execution.shutdown-on-application-finish: \"false\"\n"));
+        assert!(yaml.contains("state.savepoints.dir: \"s3://b/savepoints\"\n"));
+        assert!(yaml.contains("execution.checkpointing.savepoint-dir: \"s3://b/savepoints\"\n"));
+        assert!(yaml.contains("taskmanager.memory.process.size: \"2048m\"\n"));
+        assert_eq!(p.check_configuration().len(), 1);
+        let parsed: BTreeMap<String, String> = serde_yaml_ng::from_str(&yaml).unwrap();
+        assert_eq!(parsed["rest.port"], "8081");
+    }
+
+    #[test]
+    fn job_manager_restores_and_task_managers_find_it() {
+        let p = plan();
+        let jm = p.job_manager_pod();
+        let c = &jm.spec.as_ref().unwrap().containers[0];
+        assert_eq!(
+            c.args.as_ref().unwrap().join(" "),
+            "standalone-job -D jobmanager.rpc.address=$(POD_IP) --job-classname com.example.Clicks \
+             --job-id 00000000000000000000000000000001 --fromSavepoint s3://b/savepoints/savepoint-1 \
+             --allowNonRestoredState --output s3://b/out"
+        );
+        assert_eq!(
+            jm.metadata.name.as_deref(),
+            Some("clicks-1a2b3c4d-jobmanager")
+        );
+        let labels = jm.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[LABEL_COMPONENT], "jobmanager");
+        let env = c.env.as_ref().unwrap();
+        assert_eq!(
+            env[1]
+                .value_from
+                .as_ref()
+                .unwrap()
+                .config_map_key_ref
+                .as_ref()
+                .unwrap()
+                .name,
+            "clicks-1a2b3c4d-flink-config"
+        );
+        let tm = p.task_manager_pod(1, "10.0.0.7");
+        let tc = &tm.spec.as_ref().unwrap().containers[0];
+        assert_eq!(
+            tc.args.as_ref().unwrap().join(" "),
+            "taskmanager -D jobmanager.rpc.address=10.0.0.7"
+        );
+        assert_eq!(
+            tm.metadata.name.as_deref(),
+            Some("clicks-1a2b3c4d-taskmanager-1")
+        );
+        // Restricted Pod Security, as the official image's user.
+        let sc = tm.spec.as_ref().unwrap().security_context.as_ref().unwrap();
+        assert_eq!(sc.run_as_user, Some(FLINK_USER));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        let csc = tc.security_context.as_ref().unwrap();
+        assert_eq!(csc.allow_privilege_escalation, Some(false));
+        assert_eq!(csc.read_only_root_filesystem, Some(false));
+        let svc = p.rest_service();
+        assert_eq!(
+            svc.spec.unwrap().selector.unwrap()[LABEL_COMPONENT],
+            "jobmanager"
+        );
+    }
+}
