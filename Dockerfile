@@ -26,3 +26,24 @@ FROM gcr.io/distroless/cc-debian12:nonroot AS runtime
 COPY --from=build /out/streamjob-runtime /usr/local/bin/streamjob-runtime
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/streamjob-runtime"]
+
+# The Flink savepoint pre-check (flink/checker), compiled per supported Flink minor against that
+# version's jars (tools/flink/pom.xml, the versions install.sh tests), one folder per minor:
+# /opt/streamjob/flink-checker/<major.minor>/{flink-check, streamjob-flink-checker.jar,
+# flink-state-processor-api-<v>.jar}. The Flink engine's check and dispose pods copy the folder of
+# their target minor into an emptyDir with an init container (`cp`, hence busybox).
+#   docker build --target flink-checker -t streamjob/flink-checker:0.1.0 .
+FROM maven:3.9-eclipse-temurin-17 AS flink-checker-build
+WORKDIR /src
+COPY tools/flink tools/flink
+COPY flink flink
+RUN for v in 1.20.0 2.3.0; do \
+      mvn -q -f tools/flink/pom.xml -Dflink.version=$v dependency:copy-dependencies -DoutputDirectory=/flink-$v/lib \
+   && touch /flink-$v/lib/.complete \
+   && bash flink/build.sh /flink-$v \
+   && mkdir -p /out/${v%.*} && cp -R /flink-$v/checker/. /out/${v%.*}/ ; \
+    done
+
+FROM busybox:1.37 AS flink-checker
+COPY --from=flink-checker-build /out /opt/streamjob/flink-checker
+USER 65532:65532

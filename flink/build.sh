@@ -5,7 +5,8 @@
 #
 #   bash flink/build.sh <flink folder>      # the folder holds lib/ (install.sh fills it)
 #
-# Writes <flink folder>/streamjob-flink-checker.jar and streamjob-flink-testjob.jar, and the test
+# Writes <flink folder>/streamjob-flink-checker.jar and streamjob-flink-testjob.jar, checker/ (what
+# the check pod's init container copies from the flink-checker image), and the test
 # job alone in <flink folder>/testjob-usrlib/ (the usrlib/ of the test job's "image" in the
 # process kubelet); skipped when the sources are unchanged (their hash is kept in
 # <flink folder>/.sources-sha256).
@@ -13,10 +14,10 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dir="${1:?usage: build.sh <flink folder with lib/>}"
 test -f "$dir/lib/.complete" || { echo "build.sh: $dir/lib holds no complete Flink jar set" >&2; exit 1; }
-sources=$(cd "$here" && find checker testjob -name '*.java' | LC_ALL=C sort)
+sources=$(cd "$here" && find checker testjob -name '*.java' | LC_ALL=C sort; echo checker/bin/flink-check)
 sha=$( (cd "$here" && cat build.sh $sources) | sha256sum | cut -d' ' -f1)
 if [ -f "$dir/.sources-sha256" ] && [ "$(cat "$dir/.sources-sha256")" = "$sha" ] \
-    && [ -f "$dir/streamjob-flink-checker.jar" ] && [ -f "$dir/testjob-usrlib/streamjob-flink-testjob.jar" ]; then
+    && [ -f "$dir/checker/streamjob-flink-checker.jar" ] && [ -f "$dir/testjob-usrlib/streamjob-flink-testjob.jar" ]; then
   exit 0
 fi
 work="$(mktemp -d)"
@@ -30,6 +31,13 @@ for part in checker testjob; do
   jar cf "$dir/streamjob-flink-$part.jar.tmp" -C "$work/$part" .
   mv "$dir/streamjob-flink-$part.jar.tmp" "$dir/streamjob-flink-$part.jar"
 done
+# What the flink-checker image holds for this minor (the check pod's init container copies it):
+# the checker, the state processor API it reads savepoints with (not in Flink's own lib/), and
+# the script the check pod runs.
+rm -rf "$dir/checker"
+mkdir -p "$dir/checker"
+cp "$dir/streamjob-flink-checker.jar" "$here/checker/bin/flink-check" "$dir/checker/"
+cp "$dir"/lib/flink-state-processor-api-*.jar "$dir/checker/"
 mkdir -p "$dir/testjob-usrlib"
 cp "$dir/streamjob-flink-testjob.jar" "$dir/testjob-usrlib/streamjob-flink-testjob.jar"
 echo "$sha" >"$dir/.sources-sha256"

@@ -75,8 +75,9 @@ fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
 // Manifests
 // ---------------------------------------------------------------------------------------------
 
-const EXAMPLES: [&str; 5] = [
+const EXAMPLES: [&str; 6] = [
     include_str!("../../examples/local-clicks.yaml"),
+    include_str!("../../examples/flink-counting.yaml"),
     include_str!("../../examples/kafka-parquet.yaml"),
     include_str!("../../examples/s3-parquet.yaml"),
     include_str!("../../examples/custom-job.yaml"),

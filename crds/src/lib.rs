@@ -2,6 +2,7 @@
 //! them, and the validation that the API server cannot express in a schema or a CEL rule.
 
 pub mod crd;
+pub mod flink;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]

@@ -45,9 +45,32 @@ pub const KIND: &str = "StreamJob";
     {
         "rule": "self.maxParallelism >= self.parallelism",
         "message": "spec.maxParallelism must be at least spec.parallelism: raise maxParallelism or lower parallelism"
+    },
+    {
+        "rule": "has(self.engine) && self.engine == 'flink' ? has(self.flink) && (!has(self.pipeline) || size(self.pipeline) == 0) : !has(self.flink) && has(self.pipeline)",
+        "message": "spec.engine flink needs spec.flink and no spec.pipeline (the pipeline is the Flink job's code); the runtime engine needs spec.pipeline and no spec.flink"
+    },
+    {
+        "rule": "!has(self.engine) || self.engine != 'flink' || !has(self.upgrade) || !has(self.upgrade.strategy) || self.upgrade.strategy == 'InPlace'",
+        "message": "spec.upgrade.strategy: Flink jobs upgrade InPlace (a warm Shadow copy needs our runtime's standby mode)"
     }
 ]))]
 pub struct StreamJobSpec {
+    /// What runs the job: `runtime` (ours, the default) or `flink` (an Apache Flink standalone
+    /// application cluster per version, see spec.flink).
+    #[serde(default, skip_serializing_if = "EngineKind::is_runtime")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {
+            "rule": "self == oldSelf",
+            "message": "spec.engine is immutable: a job's state belongs to its engine; create a new StreamJob to change it"
+        }
+    ]))]
+    pub engine: EngineKind,
+
+    /// The Flink job, with `engine: flink`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flink: Option<crate::flink::FlinkSpec>,
+
     /// Container image with the `streamjob-runtime` binary (or a user binary built on the runtime
     /// library). Changing it upgrades the job through a savepoint.
     #[schemars(length(min = 1))]
@@ -116,6 +139,7 @@ pub struct StreamJobSpec {
 
     /// The job graph, a chain of steps from one source to one sink. Every step has a stable `uid`
     /// that its state is matched by when the job is restored from a savepoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(min = 2, max = 64))]
     #[schemars(extend("x-kubernetes-validations" = [
         {
@@ -137,6 +161,23 @@ pub struct StreamJobSpec {
     /// account, extra env and labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<crate::pod_template::PodTemplate>,
+}
+
+/// The engine a job runs on.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// Our runtime: the pipeline in spec.pipeline.
+    #[default]
+    Runtime,
+    /// Apache Flink: the job in spec.flink.
+    Flink,
+}
+
+impl EngineKind {
+    pub fn is_runtime(&self) -> bool {
+        *self == EngineKind::Runtime
+    }
 }
 
 fn is_zero(n: &u32) -> bool {

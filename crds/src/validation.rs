@@ -6,8 +6,9 @@ use std::collections::BTreeSet;
 
 use crate::units::{parse_duration, parse_size};
 use crate::v1alpha1::{
-    AggregateSpec, FileSinkSpec, KafkaSecurityProtocol, KafkaSource, KafkaStartingOffsets,
-    PipelineStep, RowCompression, SourceSpec, StreamJob, StreamJobSpec, WindowSpec,
+    AggregateSpec, EngineKind, FileSinkSpec, KafkaSecurityProtocol, KafkaSource,
+    KafkaStartingOffsets, PipelineStep, RowCompression, SourceSpec, StreamJob, StreamJobSpec,
+    UpgradeStrategy, WindowSpec,
 };
 use crate::{Error, Result};
 
@@ -185,7 +186,8 @@ impl StreamJobSpec {
                 self.workers - widest
             )));
         }
-        if self.workers == 0 && widest > MAX_PARALLELISM_IN_ONE_PROCESS {
+        let flink = self.engine == EngineKind::Flink;
+        if self.workers == 0 && widest > MAX_PARALLELISM_IN_ONE_PROCESS && !flink {
             push(invalid(&format!(
                 "spec.parallelism: {widest} subtasks per step in one process (spec.workers: 0) would open {} local channels per exchange; at most {MAX_PARALLELISM_IN_ONE_PROCESS} without workers: set spec.workers to spread the subtasks over worker pods",
                 u64::from(widest) * u64::from(widest)
@@ -258,13 +260,49 @@ impl StreamJobSpec {
         if let Some(budget) = self.storage.as_ref().and_then(|s| s.retry_budget.as_ref()) {
             push(duration("spec.storage.retryBudget", budget));
         }
-        push(self.validate_pipeline());
+        if flink {
+            push(self.flink_problems());
+        } else {
+            if self.flink.is_some() {
+                push(invalid(
+                    "spec.flink: set only with spec.engine: flink (this job runs on our runtime)",
+                ));
+            }
+            push(self.validate_pipeline());
+        }
         store_settings_known(self, &mut problems);
 
         if problems.is_empty() {
             Ok(())
         } else {
             Err(Error::Invalid(problems))
+        }
+    }
+
+    /// A Flink job: `spec.flink` is checked, and what belongs to our runtime is refused.
+    fn flink_problems(&self) -> Result<()> {
+        let mut out = match &self.flink {
+            Some(f) => f.problems(self.parallelism),
+            None => vec![
+                "spec.flink: required with spec.engine: flink (version, job.entryClass)".into(),
+            ],
+        };
+        if !self.pipeline.is_empty() {
+            out.push("spec.pipeline: not used with spec.engine: flink (the Flink job's code is the pipeline): remove it".into());
+        }
+        if self.workers != 0 {
+            out.push("spec.workers: not used with spec.engine: flink: set spec.flink.taskManager.replicas".into());
+        }
+        if self.upgrade.strategy != UpgradeStrategy::InPlace {
+            out.push("spec.upgrade.strategy: Flink jobs upgrade InPlace (a warm Shadow copy needs our runtime's standby mode)".into());
+        }
+        if self.dead_letter_path.is_some() {
+            out.push("spec.deadLetterPath: not used with spec.engine: flink (the job's code handles bad records)".into());
+        }
+        if out.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Invalid(out))
         }
     }
 

@@ -7,6 +7,7 @@
 #   standalone-job --job-classname C [--job-id ID] [--fromSavepoint P] [--allowNonRestoredState] [-D k=v]... [job args]
 #   jobmanager [-D k=v]...            (a session JobManager)
 #   taskmanager [-D k=v]...
+#   /opt/streamjob/checker/flink-check [args]   (the savepoint pre-check, flink/checker/bin)
 #
 # Configuration comes, as with the official image, from $FLINK_PROPERTIES (YAML lines appended to
 # the config) and -D arguments; every pod binds to its own pod IP ($POD_IP), so several clusters
@@ -104,8 +105,15 @@ case "$role" in
     exec "$java" ${p[0]} "${opens[@]}" -XX:+UseSerialGC -Dlog4j.configurationFile="$home/conf/log4j-console.properties" \
       -cp "$cp" org.apache.flink.runtime.taskexecutor.TaskManagerRunner -c "$home/conf" ${p[1]} "${dynamic[@]}" "${rest[@]}"
     ;;
+  /opt/streamjob/checker/*)
+    # The official entrypoint runs any other command as given (`exec "$@"`); the check pod's init
+    # container put the checker there. This kubelet runs no init containers: the version's
+    # checker folder (flink/build.sh) stands for that copy.
+    : "${STREAMJOB_CHECKER_DIR:?STREAMJOB_CHECKER_DIR is not set by the image mapping}"
+    exec "$STREAMJOB_CHECKER_DIR/${role#/opt/streamjob/checker/}" "${rest[@]}"
+    ;;
   *)
-    echo "flink-entrypoint.sh: unknown role $role (standalone-job, jobmanager, taskmanager)" >&2
+    echo "flink-entrypoint.sh: unknown role $role (standalone-job, jobmanager, taskmanager, /opt/streamjob/checker/flink-check)" >&2
     exit 1
     ;;
 esac

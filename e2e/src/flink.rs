@@ -43,10 +43,15 @@ pub fn kubelet_images() -> Vec<ImageMapping> {
         .iter()
         .filter_map(|v| FlinkDist::find(v).ok())
         .map(|dist| ImageMapping {
-            image: format!("{TEST_JOB_IMAGE}:{}", dist.version),
+            // any tag starting with the version: `:1.20.0-r2` is a new image of the same job
+            image: format!("{TEST_JOB_IMAGE}:{}*", dist.version),
             binary: entrypoint.clone(),
             env: BTreeMap::from([
                 ("FLINK_HOME".to_string(), dist.dir.display().to_string()),
+                (
+                    "STREAMJOB_CHECKER_DIR".to_string(),
+                    dist.dir.join("checker").display().to_string(),
+                ),
                 (
                     "FLINK_USRLIB".to_string(),
                     dist.dir.join("testjob-usrlib").display().to_string(),

@@ -807,6 +807,11 @@ async fn operator_rbac_grants_only_what_the_code_calls() {
     assert_eq!(verbs("pods/log"), ["get"]);
     assert_eq!(verbs("configmaps"), ["create", "delete", "get", "list"]);
     assert_eq!(
+        verbs("services"),
+        ["create", "delete"],
+        "services: a Flink JobManager's rest Service, with its run"
+    );
+    assert_eq!(
         verbs("secrets"),
         ["create", "get"],
         "secrets: only the token's needs"
@@ -820,7 +825,6 @@ async fn operator_rbac_grants_only_what_the_code_calls() {
         "deployments.apps",
         "statefulsets.apps",
         "jobs.batch",
-        "services",
         "leases.coordination.k8s.io",
     ] {
         assert!(

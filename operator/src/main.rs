@@ -74,6 +74,11 @@ struct RunArgs {
     /// control port (with POD_NAMESPACE); empty: any pod in that namespace.
     #[arg(long, default_value = "")]
     operator_pod_labels: String,
+    /// The image with the Flink savepoint pre-check, one folder per supported Flink minor under
+    /// /opt/streamjob/flink-checker (the check and dispose pods of Flink jobs copy it in with an
+    /// init container).
+    #[arg(long, env = "STREAMJOB_FLINK_CHECKER_IMAGE", default_value = concat!("streamjob/flink-checker:", env!("CARGO_PKG_VERSION")))]
+    flink_checker_image: String,
 }
 
 /// `IP:PORT`, also `fd00::1:9090` as `$(POD_IP):9090` expands to on IPv6 clusters.
@@ -195,6 +200,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         home_namespace: std::env::var("POD_NAMESPACE").ok(),
         control_timeout,
         runtime_resources,
+        flink_checker_image: args.flink_checker_image.clone(),
         network_policy: args
             .network_policies
             .then(|| -> anyhow::Result<_> {

@@ -26,6 +26,9 @@ pub const LABEL_COORDINATOR: &str = "streamjob.io/coordinator";
 /// Annotation of a worker pod: the uid of its coordinator pod (a recreated coordinator of the
 /// same name is another coordinator).
 pub const ANNOTATION_COORDINATOR_UID: &str = "streamjob.io/coordinator-uid";
+/// Annotation of a coordinator pod of another engine (a Flink JobManager): the workers it
+/// expects (our runtime passes `--workers`).
+pub const ANNOTATION_WORKERS: &str = "streamjob.io/workers";
 /// Where coordinators accept workers (`--cluster-addr $(POD_IP):6123`).
 pub const CLUSTER_PORT: u16 = 6123;
 /// Where workers accept data from each other.
@@ -155,8 +158,17 @@ pub fn observe(pods: &[Pod]) -> (Vec<CoordinatorObs>, Vec<WorkerObs>) {
     (coordinators, workers)
 }
 
-/// The number of workers a coordinator pod was started with (its `--workers` argument).
+/// The number of workers a coordinator pod was started with (its `--workers` argument, or the
+/// annotation another engine's coordinator carries).
 fn coordinator_workers(pod: &Pod) -> u32 {
+    if let Some(n) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_WORKERS))
+    {
+        return n.parse().unwrap_or(0);
+    }
     let args = pod
         .spec
         .as_ref()

@@ -97,6 +97,11 @@ fn opt_millis(field: &str, v: Option<&String>) -> Result<i64> {
 pub async fn build_graph(job: &StreamJob, registry: &Registry) -> Result<JobGraph> {
     let spec = &job.spec;
     spec.validate()?;
+    if spec.engine == streamjob_crds::v1alpha1::EngineKind::Flink {
+        return Err(Error::Unsupported(
+            "spec.engine: flink: this job runs on Apache Flink; apply it to a cluster with the operator (docs/flink.md)".into(),
+        ));
+    }
     let name = job
         .metadata
         .name

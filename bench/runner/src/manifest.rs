@@ -270,6 +270,8 @@ fn job(
     pipeline: Vec<PipelineStep>,
 ) -> Result<StreamJob> {
     let spec = StreamJobSpec {
+        engine: Default::default(),
+        flink: None,
         image: IMAGE.to_string(),
         image_pull_policy: None,
         parallelism,

@@ -56,6 +56,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "create", "delete"]
+# A Flink JobManager's rest Service, created and deleted with its run.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["create", "delete"]
 # The per-job control-token Secret: created once, read back to call the runtime's control API.
 - apiGroups: [""]
   resources: ["secrets"]

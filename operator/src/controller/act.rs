@@ -36,10 +36,16 @@ pub(super) async fn apply<E: Engine>(
             stop,
             standby,
         } => {
+            let key = status
+                .pending_savepoint
+                .as_ref()
+                .map(|p| format!("{}/{}", p.reason, p.started_at))
+                .unwrap_or_default();
             let order = SavepointOrder {
                 dir: dir.clone(),
                 stop: *stop,
                 standby: *standby,
+                key,
             };
             match engine.take_savepoint(scope, observed, run, &order).await {
                 Ok(id) => {

@@ -27,7 +27,7 @@ use crate::api::ignore_missing;
 use crate::control::ControlApi;
 use crate::decide::{self, Action, Decision, JobRef, MANAGER, Observed, decide};
 use crate::disposal::{self, Disposal};
-use crate::engine::{Engine, JobScope, RuntimeEngine, SavepointOrder};
+use crate::engine::{Engine, Engines, FlinkEngine, JobScope, RuntimeEngine, SavepointOrder};
 use crate::metrics::Metrics;
 use crate::resources::{self, Owner, TOKEN_KEY};
 use crate::{Error, Result};
@@ -51,6 +51,8 @@ pub struct Settings {
     pub control_timeout: Duration,
     /// Resources of the runtime container where a StreamJob's podTemplate sets none.
     pub runtime_resources: Option<ResourceRequirements>,
+    /// The image with the Flink savepoint pre-check (`--flink-checker-image`).
+    pub flink_checker_image: String,
     /// Some: every StreamJob gets a NetworkPolicy admitting this operator to its control port.
     pub network_policy: Option<crate::network_policy::OperatorPeer>,
 }
@@ -68,15 +70,22 @@ pub struct Context<E: Engine> {
     policies: Mutex<BTreeSet<String>>,
 }
 
-impl<C: ControlApi> Context<RuntimeEngine<C>> {
-    /// The operator for our own runtime, driven over its control API by `control`.
+impl<C: ControlApi> Context<Engines<C>> {
+    /// The operator for every engine: our runtime, driven over its control API by `control`,
+    /// and Apache Flink, over each JobManager's REST API.
     pub fn new(client: Client, control: C, metrics: Metrics, settings: Settings) -> Self {
-        let engine = RuntimeEngine::new(
-            control,
-            settings.control_port,
-            settings.control_timeout,
-            settings.runtime_resources.clone(),
-        );
+        let engine = Engines {
+            runtime: RuntimeEngine::new(
+                control,
+                settings.control_port,
+                settings.control_timeout,
+                settings.runtime_resources.clone(),
+            ),
+            flink: FlinkEngine::new(
+                settings.control_timeout,
+                settings.flink_checker_image.clone(),
+            ),
+        };
         Self::with_engine(client, engine, metrics, settings)
     }
 }

@@ -10,9 +10,10 @@
 //!     └──────────────────────── Engine::observe ◄── pods, control API ◄───────────┘
 //! ```
 //!
-//! Our runtime is the first adapter ([`RuntimeEngine`]). Adding an engine (Apache Flink, issue
-//! #17) means one more implementation of [`Engine`]: how a run, a worker, a compatibility check
-//! and a disposal are made, how a savepoint is triggered and polled, and how the runs are seen.
+//! Two adapters: our runtime ([`RuntimeEngine`]) and Apache Flink ([`FlinkEngine`], a standalone
+//! application cluster per run). [`Engines`] hands each job to the one its `spec.engine` names.
+//! An engine is one implementation of [`Engine`]: how a run, a worker, a compatibility check and
+//! a disposal are made, how a savepoint is triggered and polled, and how the runs are seen.
 
 use std::future::Future;
 
@@ -25,8 +26,12 @@ use crate::resources::Owner;
 
 pub mod flink;
 mod runtime;
+mod select;
 
+pub use flink::FlinkEngine;
 pub use runtime::{RuntimeEngine, observe_pod};
+pub(crate) use runtime::{observe_objects, running_runs, spec_of_hash};
+pub use select::Engines;
 
 /// The StreamJob an adapter works on, with what every call needs.
 pub struct JobScope<'a> {
@@ -45,6 +50,10 @@ pub struct SavepointOrder {
     pub stop: bool,
     /// After the stop, stay loaded for an instant rollback.
     pub standby: bool,
+    /// What identifies this savepoint request across operator restarts (the pending savepoint's
+    /// reason and start time in status): an engine that names requests itself derives the name
+    /// from it, so a repeated trigger is the same request.
+    pub key: String,
 }
 
 /// One engine: what a run is made of and how it is driven. Every method is idempotent (a

@@ -1,7 +1,7 @@
-//! Pure builders of a Flink standalone application cluster, as the Flink engine runs one job
-//! version: a ConfigMap with the cluster's `config.yaml`, one JobManager pod (application mode:
-//! it runs the job's `main()` and the job), TaskManager pods pointed at the JobManager, and the
-//! rest Service. The pods run the user's Flink image with its own entrypoint (`standalone-job`,
+//! Pure builders of a Flink standalone application cluster, as the Flink engine runs one run of a
+//! job: the cluster's `config.yaml` (in the version's ConfigMap), one JobManager pod named as the
+//! run (application mode: it runs the job's `main()` and the job), TaskManager pods pointed at
+//! the JobManager (the run's workers), and the rest Service. The pods run the user's Flink image with its own entrypoint (`standalone-job`,
 //! `taskmanager`), configured as the official image is: `FLINK_PROPERTIES` (from the ConfigMap)
 //! and `-D` arguments. Everything binds to the pod's IP.
 //!
@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapKeySelector, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ConfigMapKeySelector, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, Probe, ResourceRequirements,
     SecurityContext, Service, ServicePort, ServiceSpec,
 };
@@ -20,7 +20,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::config::{OwnedKey, owned_keys};
+use streamjob_crds::flink::{OwnedKey, owned_keys};
+
+use crate::decide::{LABEL_ROLE, PodRole};
+use crate::workers::{ANNOTATION_COORDINATOR_UID, LABEL_COORDINATOR, ROLE_WORKER, worker_name};
 
 /// Flink's ports, the same in every cluster (each pod has its own IP).
 pub const REST_PORT: u16 = 8081;
@@ -34,6 +37,8 @@ pub const CONFIG_KEY: &str = "config.yaml";
 pub const FLINK_USER: i64 = 9999;
 /// Label telling JobManager and TaskManager pods apart.
 pub const LABEL_COMPONENT: &str = "streamjob.io/flink-component";
+/// Annotation of a JobManager pod: the TaskManagers it expects (its workers).
+pub use crate::workers::ANNOTATION_WORKERS as ANNOTATION_TASK_MANAGERS;
 
 /// Memory and CPU of one JobManager or TaskManager pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,11 +49,37 @@ pub struct PodResources {
     pub cpu: String,
 }
 
+impl PodResources {
+    /// The container's requests (CPU, memory) and limit (memory: Flink sizes its process to it).
+    pub fn requirements(&self) -> ResourceRequirements {
+        let memory = Quantity(format!("{}Mi", self.memory_mib));
+        ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity(self.cpu.clone())),
+                ("memory".to_string(), memory.clone()),
+            ])),
+            limits: Some(BTreeMap::from([("memory".to_string(), memory)])),
+            ..Default::default()
+        }
+    }
+}
+
+/// A container of a Flink image: the official image's entrypoint writes its configuration under
+/// /opt/flink, so its root file system is not read-only (the rest of `restricted` applies).
+pub fn image_security_context() -> SecurityContext {
+    SecurityContext {
+        read_only_root_filesystem: Some(false),
+        ..Default::default()
+    }
+}
+
 /// Everything one cluster (one version of one job) is made of.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterPlan {
-    /// Prefix of every object's name (`<job>-<version hash>`).
+    /// The run: the JobManager pod's name, prefix of the TaskManagers' and the Service's.
     pub name: String,
+    /// The version's ConfigMap, holding [`CONFIG_KEY`].
+    pub config_map: String,
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
     pub owner: Option<OwnerReference>,
@@ -67,21 +98,27 @@ pub struct ClusterPlan {
     pub allow_non_restored_state: bool,
     pub checkpoints_dir: String,
     pub savepoints_dir: String,
+    /// `spec.checkpoints`: interval and timeout (Flink durations), completed ones kept.
+    pub checkpoint_interval: String,
+    pub checkpoint_timeout: String,
+    pub checkpoints_retained: u32,
+    /// `spec.maxParallelism`: the key groups of the job's state.
+    pub max_parallelism: u32,
     /// The user's Flink configuration (checked with [`ClusterPlan::check_configuration`]).
     pub configuration: BTreeMap<String, String>,
 }
 
 impl ClusterPlan {
     pub fn config_map_name(&self) -> String {
-        format!("{}-flink-config", self.name)
+        self.config_map.clone()
     }
 
     pub fn job_manager_name(&self) -> String {
-        format!("{}-jobmanager", self.name)
+        self.name.clone()
     }
 
     pub fn task_manager_name(&self, index: u32) -> String {
-        format!("{}-taskmanager-{index}", self.name)
+        worker_name(&self.name, index)
     }
 
     pub fn rest_service_name(&self) -> String {
@@ -124,22 +161,33 @@ impl ClusterPlan {
             "execution.checkpointing.savepoint-dir",
             self.savepoints_dir.clone(),
         );
+        own(
+            "execution.checkpointing.interval",
+            self.checkpoint_interval.clone(),
+        );
+        own(
+            "execution.checkpointing.timeout",
+            self.checkpoint_timeout.clone(),
+        );
+        own(
+            "state.checkpoints.num-retained",
+            self.checkpoints_retained.to_string(),
+        );
+        own(
+            "execution.checkpointing.num-retained",
+            self.checkpoints_retained.to_string(),
+        );
+        // Checkpoints outlive a cancelled run: a last-state upgrade restores the latest one.
+        own(
+            "execution.checkpointing.externalized-checkpoint-retention",
+            "RETAIN_ON_CANCELLATION".into(),
+        );
+        own("pipeline.max-parallelism", self.max_parallelism.to_string());
         // Stop-with-savepoint must leave the JobManager up to report where the savepoint went.
         own("execution.shutdown-on-application-finish", "false".into());
         conf.iter()
             .map(|(k, v)| format!("{k}: {}\n", yaml_string(v)))
             .collect()
-    }
-
-    pub fn config_map(&self) -> ConfigMap {
-        ConfigMap {
-            metadata: self.meta(&self.config_map_name(), None),
-            data: Some(BTreeMap::from([(
-                CONFIG_KEY.to_string(),
-                self.config_yaml(),
-            )])),
-            ..Default::default()
-        }
     }
 
     /// The JobManager: `standalone-job` runs the job's `main()` and the job.
@@ -175,11 +223,21 @@ impl ClusterPlan {
         };
         container.readiness_probe = Some(probe(2));
         container.liveness_probe = Some(probe(30));
-        self.pod(&self.job_manager_name(), "jobmanager", container)
+        let mut pod = self.pod(&self.job_manager_name(), "jobmanager", container);
+        pod.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(LABEL_ROLE.into(), PodRole::Runtime.as_str().into());
+        pod.metadata.annotations = Some(BTreeMap::from([(
+            ANNOTATION_TASK_MANAGERS.to_string(),
+            self.task_managers.to_string(),
+        )]));
+        pod
     }
 
-    /// TaskManager `index`, registering with the JobManager at `job_manager_ip`.
-    pub fn task_manager_pod(&self, index: u32, job_manager_ip: &str) -> Pod {
+    /// TaskManager `index`, registering with the JobManager at `job_manager_ip` (pod uid
+    /// `job_manager_uid`: a recreated JobManager of the same name gets new TaskManagers).
+    pub fn task_manager_pod(&self, index: u32, job_manager_ip: &str, job_manager_uid: &str) -> Pod {
         let args = vec![
             "taskmanager".to_string(),
             "-D".into(),
@@ -187,7 +245,15 @@ impl ClusterPlan {
         ];
         let ports = [("rpc", TASK_MANAGER_RPC_PORT)];
         let container = self.container("taskmanager", args, &ports, &self.task_manager);
-        self.pod(&self.task_manager_name(index), "taskmanager", container)
+        let mut pod = self.pod(&self.task_manager_name(index), "taskmanager", container);
+        let labels = pod.metadata.labels.get_or_insert_default();
+        labels.insert(LABEL_ROLE.into(), ROLE_WORKER.into());
+        labels.insert(LABEL_COORDINATOR.into(), self.name.clone());
+        pod.metadata.annotations = Some(BTreeMap::from([(
+            ANNOTATION_COORDINATOR_UID.to_string(),
+            job_manager_uid.to_string(),
+        )]));
+        pod
     }
 
     /// The JobManager's REST endpoint (web UI, `kubectl port-forward`).
@@ -215,7 +281,6 @@ impl ClusterPlan {
         ports: &[(&str, u16)],
         resources: &PodResources,
     ) -> Container {
-        let memory = Quantity(format!("{}Mi", resources.memory_mib));
         Container {
             name: name.into(),
             image: Some(self.image.clone()),
@@ -256,19 +321,8 @@ impl ClusterPlan {
                     })
                     .collect(),
             ),
-            resources: Some(ResourceRequirements {
-                requests: Some(BTreeMap::from([
-                    ("cpu".to_string(), Quantity(resources.cpu.clone())),
-                    ("memory".to_string(), memory.clone()),
-                ])),
-                limits: Some(BTreeMap::from([("memory".to_string(), memory)])),
-                ..Default::default()
-            }),
-            // The official image writes its configuration under /opt/flink: not read-only.
-            security_context: Some(SecurityContext {
-                read_only_root_filesystem: Some(false),
-                ..Default::default()
-            }),
+            resources: Some(resources.requirements()),
+            security_context: Some(image_security_context()),
             ..Default::default()
         }
     }
@@ -325,6 +379,7 @@ mod tests {
     fn plan() -> ClusterPlan {
         ClusterPlan {
             name: "clicks-1a2b3c4d".into(),
+            config_map: "clicks-manifest-h".into(),
             namespace: "team-a".into(),
             labels: BTreeMap::from([("streamjob.io/job".into(), "clicks".into())]),
             owner: None,
@@ -348,8 +403,12 @@ mod tests {
             allow_non_restored_state: true,
             checkpoints_dir: "s3://b/checkpoints".into(),
             savepoints_dir: "s3://b/savepoints".into(),
+            checkpoint_interval: "10000ms".into(),
+            checkpoint_timeout: "600000ms".into(),
+            checkpoints_retained: 3,
+            max_parallelism: 128,
             configuration: BTreeMap::from([
-                ("execution.checkpointing.interval".into(), "10s".into()),
+                ("restart-strategy.type".into(), "fixed-delay".into()),
                 ("parallelism.default".into(), "99".into()),
             ]),
         }
@@ -360,7 +419,7 @@ mod tests {
         let p = plan();
         let yaml = p.config_yaml();
         assert!(
-            yaml.contains("execution.checkpointing.interval: \"10s\"\n"),
+            yaml.contains("restart-strategy.type: \"fixed-delay\"\n"),
             "{yaml}"
         );
         // A refused key never reaches the cluster even if validation were skipped.
@@ -385,10 +444,7 @@ mod tests {
              --job-id 00000000000000000000000000000001 --fromSavepoint s3://b/savepoints/savepoint-1 \
              --allowNonRestoredState --output s3://b/out"
         );
-        assert_eq!(
-            jm.metadata.name.as_deref(),
-            Some("clicks-1a2b3c4d-jobmanager")
-        );
+        assert_eq!(jm.metadata.name.as_deref(), Some("clicks-1a2b3c4d"));
         let labels = jm.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[LABEL_COMPONENT], "jobmanager");
         let env = c.env.as_ref().unwrap();
@@ -401,18 +457,15 @@ mod tests {
                 .as_ref()
                 .unwrap()
                 .name,
-            "clicks-1a2b3c4d-flink-config"
+            "clicks-manifest-h"
         );
-        let tm = p.task_manager_pod(1, "10.0.0.7");
+        let tm = p.task_manager_pod(1, "10.0.0.7", "uid-1");
         let tc = &tm.spec.as_ref().unwrap().containers[0];
         assert_eq!(
             tc.args.as_ref().unwrap().join(" "),
             "taskmanager -D jobmanager.rpc.address=10.0.0.7"
         );
-        assert_eq!(
-            tm.metadata.name.as_deref(),
-            Some("clicks-1a2b3c4d-taskmanager-1")
-        );
+        assert_eq!(tm.metadata.name.as_deref(), Some("clicks-1a2b3c4d-w1"));
         // Restricted Pod Security, as the official image's user.
         let sc = tm.spec.as_ref().unwrap().security_context.as_ref().unwrap();
         assert_eq!(sc.run_as_user, Some(FLINK_USER));

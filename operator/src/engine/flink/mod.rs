@@ -1,4 +1,5 @@
-//! Apache Flink as an engine (issue #17), first part: the pieces the adapter is built from.
+//! Apache Flink as an engine (issue #17): [`FlinkEngine`] runs each run of a job as a standalone
+//! application cluster it owns and drives it over Flink's REST API, built from:
 //!
 //! - [`rest`]: Flink's REST API as the operator drives it: job state, checkpoints, savepoints
 //!   triggered under a caller-chosen trigger id (kept in status, so a restarted operator polls
@@ -7,18 +8,25 @@
 //!   supported Flink version and run with the *target* version's jars) and how it becomes an
 //!   `UpgradeBlocked` reason naming the operator's uid.
 //! - [`version`]: the supported Flink versions and the savepoint format each can read.
-//! - [`config`]: the Flink configuration keys the operator owns (refused in the spec).
+//! - [`plan`]: `spec.flink` → the cluster of a run, the check pod and the dispose pod (pure).
+//! - `observe`: JobManagers' REST answers → the engine-neutral status the decision reads.
+//! - the configuration keys the operator owns are refused by validation
+//!   ([`streamjob_crds::flink::owned_keys`]).
 //! - [`cluster`]: the objects of one standalone application cluster (ConfigMap, JobManager and
 //!   TaskManager pods, rest Service), pure.
 //!
-//! The adapter (an [`Engine`](super::Engine) running standalone application clusters) builds on
-//! these; `e2e/tests/flink.rs` drives real Flink 1.20 and 2.3 JVMs through them.
+//! `e2e/tests/flink.rs` drives real Flink 1.20 and 2.3 JVMs through these parts;
+//! `e2e/tests/operator/flink_cluster.rs` runs StreamJobs with `engine: flink` through the operator.
 
+mod adapter;
 pub mod cluster;
-pub mod config;
+mod observe;
+pub mod plan;
 pub mod precheck;
 pub mod rest;
 pub mod version;
+
+pub use adapter::FlinkEngine;
 
 /// What can go wrong talking to Flink or reading its answers.
 #[derive(Debug, thiserror::Error)]

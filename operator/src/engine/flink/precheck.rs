@@ -221,6 +221,11 @@ impl Verdict {
                  has no operator with that uid (removed or renamed); set \
                  allowNonRestoredState to drop that state"
             ),
+            ("unmapped-state", None, Some(id)) => format!(
+                "operator {id}: the savepoint holds its state but the new job has no operator \
+                 with that id (removed, or its uid renamed; a Flink 1.x savepoint records ids, not \
+                 uids); set allowNonRestoredState to drop that state"
+            ),
             ("format-version", _, _) => problem.message.clone(),
             (_, Some(_), _) => format!("{}: {}", self.name(problem, known_uids), problem.message),
             _ => problem.message.clone(),
@@ -313,7 +318,9 @@ mod tests {
                 .ends_with("operator uid \"a\", operator uid \"b\": max parallelism changed from 128 to 256"),
         );
         // Without the running version's uids the id is all there is.
-        assert!(verdict.outcome(&[]).unwrap_err().starts_with("m;"));
+        assert!(verdict.outcome(&[]).unwrap_err().starts_with(
+            "operator 0da08f51eaa85fc298e176a139b3649a: the savepoint holds its state"
+        ));
     }
 
     fn verdict_with_two_max_parallelism_problems() -> Verdict {

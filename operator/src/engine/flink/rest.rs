@@ -37,10 +37,16 @@ pub struct JobOverview {
 }
 
 impl JobOverview {
-    /// The job runs and every task of it is running (not just scheduled or initializing).
+    /// The job runs and every task of it is running or already finished (not scheduled or
+    /// initializing). A task finishes early when it has no input: a source subtask without a
+    /// split after a rescale to more subtasks than the savepoint's splits (found by the e2e
+    /// parallelism change); Flink checkpoints with finished tasks.
     pub fn fully_running(&self) -> bool {
-        let total = self.tasks.get("total").copied().unwrap_or(0);
-        self.state == "RUNNING" && total > 0 && self.tasks.get("running").copied() == Some(total)
+        let count = |state: &str| self.tasks.get(state).copied().unwrap_or(0);
+        let total = count("total");
+        self.state == "RUNNING"
+            && count("running") > 0
+            && count("running") + count("finished") == total
     }
 }
 
@@ -52,6 +58,14 @@ pub struct CheckpointRef {
     pub external_path: Option<String>,
     #[serde(default)]
     pub is_savepoint: Option<bool>,
+    /// When the last task acknowledged it (completed ones), epoch milliseconds.
+    #[serde(default)]
+    pub latest_ack_timestamp: Option<i64>,
+    /// When the job restored it (`latest.restored`), epoch milliseconds.
+    #[serde(default)]
+    pub restore_timestamp: Option<i64>,
+    #[serde(default)]
+    pub end_to_end_duration: Option<u64>,
 }
 
 /// Checkpoint counts and the latest ones.
@@ -243,6 +257,32 @@ impl FlinkRest {
                 detail: format!("asked for trigger id {trigger_id}, Flink answered {id}"),
             })
         }
+    }
+
+    /// How often job `jid` restarted since it was submitted (its `numRestarts` metric; `None`
+    /// before the metric is reported).
+    pub async fn restarts(&self, jid: &str) -> Result<Option<u64>, FlinkError> {
+        #[derive(Deserialize)]
+        struct Metric {
+            id: String,
+            value: String,
+        }
+        let metrics: Vec<Metric> = self
+            .get(&format!("/jobs/{jid}/metrics?get=numRestarts"))
+            .await?;
+        Ok(metrics
+            .iter()
+            .find(|m| m.id == "numRestarts")
+            .and_then(|m| m.value.parse().ok()))
+    }
+
+    /// Cancels job `jid` (no savepoint): what it has not committed is never committed.
+    pub async fn cancel(&self, jid: &str) -> Result<(), FlinkError> {
+        let path = format!("/jobs/{jid}?mode=cancel");
+        let url = self.url(&path);
+        let response = self.http.patch(&url).send().await;
+        // 202 with an empty JSON object
+        self.read::<Value>("PATCH", url, response).await.map(|_| ())
     }
 
     fn url(&self, path: &str) -> String {

@@ -158,6 +158,12 @@ mod tests {
     }
 
     #[test]
+    fn validation_admits_exactly_the_supported_minors() {
+        let here: Vec<(u32, u32)> = SUPPORTED.iter().map(|s| (s.major, s.minor)).collect();
+        assert_eq!(here, streamjob_crds::flink::SUPPORTED_MINORS);
+    }
+
+    #[test]
     fn savepoints_restore_forward_only() {
         let old = FlinkVersion::new(1, 20, 0);
         let new = FlinkVersion::new(2, 3, 0);

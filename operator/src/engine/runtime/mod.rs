@@ -22,6 +22,7 @@ use crate::{Error, Result};
 mod observe;
 
 pub use observe::observe_pod;
+pub(crate) use observe::{observe_objects, running_runs, spec_of_hash};
 
 /// Our runtime, driven over its control API.
 pub struct RuntimeEngine<C: ControlApi> {

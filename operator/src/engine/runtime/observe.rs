@@ -82,36 +82,8 @@ pub(super) async fn observe<C: ControlApi>(
     engine: &RuntimeEngine<C>,
     scope: &JobScope<'_>,
 ) -> Result<Observed> {
-    let JobScope {
-        client,
-        job,
-        owner,
-        token,
-    } = *scope;
-    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &owner.namespace);
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &owner.namespace);
-    let lp = ListParams::default().labels(&resources::selector(&owner.name));
-    let pod_list = pods_api.list(&lp).await?;
-    let mut obs = Observed::new(Utc::now());
-    obs.generation = job.metadata.generation;
-    for pod in &pod_list.items {
-        if let Some(mut p) = observe_pod(pod) {
-            // A finished plan pod whose result has no message: try its log (real kubelets).
-            if p.role == PodRole::Plan
-                && matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed)
-                && p.message.is_none()
-            {
-                p.message = log_tail(&pods_api, &p.name).await;
-            }
-            obs.pods.push(p);
-        }
-    }
-    (obs.coordinators, obs.workers) = workers::observe(&pod_list.items);
-    obs.recovered_savepoint = job
-        .annotations()
-        .get(decide::ANNOTATION_RECOVERED_SAVEPOINT)
-        .cloned()
-        .filter(|p| !p.is_empty());
+    let JobScope { job, token, .. } = *scope;
+    let (mut obs, pods_api) = observe_objects(scope).await?;
     // A runtime that exited after stop-with-savepoint printed the path: read its log.
     let status = job.status.clone().unwrap_or_default();
     if status.pending_savepoint.as_ref().is_some_and(|p| p.stop)
@@ -123,22 +95,10 @@ pub(super) async fn observe<C: ControlApi>(
     {
         p.message = log_tail(&pods_api, &p.name).await;
     }
-    obs.config_hashes = cms
-        .list(&lp)
-        .await?
-        .items
-        .iter()
-        .filter_map(|c| c.metadata.labels.as_ref()?.get(LABEL_HASH).cloned())
-        .collect();
     // Control API of the runtime pods, concurrently.
     let port = engine.control_port;
     let timeout = engine.control_timeout;
-    let targets: Vec<(String, String)> = obs
-        .pods
-        .iter()
-        .filter(|p| p.role == PodRole::Runtime && !p.terminating && p.phase == PodPhase::Running)
-        .filter_map(|p| Some((p.name.clone(), p.ip.clone()?)))
-        .collect();
+    let targets = running_runs(&obs);
     let calls = targets.into_iter().map(|(name, ip)| async move {
         let ep = Endpoint::new(&ip, port, token);
         let r = match tokio::time::timeout(timeout, engine.control.status(&ep)).await {
@@ -170,9 +130,60 @@ pub(super) async fn observe<C: ControlApi>(
     Ok(obs)
 }
 
+/// What every engine observes alike: the job's pods as the decision sees them (a finished plan
+/// pod without a termination message gets its log tail instead, as real kubelets keep none on
+/// success), the worker planning's view of them, the recovered-savepoint annotation and the
+/// versions whose ConfigMaps exist. Returns the pods API for further reads.
+pub(crate) async fn observe_objects(scope: &JobScope<'_>) -> Result<(Observed, Api<Pod>)> {
+    let JobScope {
+        client, job, owner, ..
+    } = *scope;
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &owner.namespace);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &owner.namespace);
+    let lp = ListParams::default().labels(&resources::selector(&owner.name));
+    let pod_list = pods_api.list(&lp).await?;
+    let mut obs = Observed::new(Utc::now());
+    obs.generation = job.metadata.generation;
+    for pod in &pod_list.items {
+        if let Some(mut p) = observe_pod(pod) {
+            if p.role == PodRole::Plan
+                && matches!(p.phase, PodPhase::Succeeded | PodPhase::Failed)
+                && p.message.is_none()
+            {
+                p.message = log_tail(&pods_api, &p.name).await;
+            }
+            obs.pods.push(p);
+        }
+    }
+    (obs.coordinators, obs.workers) = workers::observe(&pod_list.items);
+    obs.recovered_savepoint = job
+        .annotations()
+        .get(decide::ANNOTATION_RECOVERED_SAVEPOINT)
+        .cloned()
+        .filter(|p| !p.is_empty());
+    obs.config_hashes = cms
+        .list(&lp)
+        .await?
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.labels.as_ref()?.get(LABEL_HASH).cloned())
+        .collect();
+    Ok((obs, pods_api))
+}
+
+/// The runs whose engine can be asked how their job is: (pod name, pod IP) of running,
+/// non-terminating run pods.
+pub(crate) fn running_runs(obs: &Observed) -> Vec<(String, String)> {
+    obs.pods
+        .iter()
+        .filter(|p| p.role == PodRole::Runtime && !p.terminating && p.phase == PodPhase::Running)
+        .filter_map(|p| Some((p.name.clone(), p.ip.clone()?)))
+        .collect()
+}
+
 /// The end of a finished pod's log, where a runtime prints its result when the kubelet keeps no
 /// termination message; `None` if it cannot be read.
-async fn log_tail(pods: &Api<Pod>, name: &str) -> Option<String> {
+pub(crate) async fn log_tail(pods: &Api<Pod>, name: &str) -> Option<String> {
     let params = LogParams {
         tail_lines: Some(50),
         limit_bytes: Some(LOG_LIMIT_BYTES),
@@ -182,7 +193,7 @@ async fn log_tail(pods: &Api<Pod>, name: &str) -> Option<String> {
 }
 
 /// The spec a deployed hash was created from (its manifest ConfigMap).
-pub(super) async fn spec_of_hash(
+pub(crate) async fn spec_of_hash(
     client: &Client,
     owner: &Owner,
     hash: &str,

@@ -68,12 +68,23 @@ public final class Check {
         } catch (Throwable e) {
             verdictOut.println(Json.error(describe(e)));
             verdictOut.flush();
-            System.exit(2);
+            // A checkpoint that retention removed meanwhile: planned again against the latest
+            // state (exit 1); anything else is the new job's own problem (exit 2).
+            System.exit(missingFile(e) ? 1 : 2);
             return;
         }
         verdictOut.println(verdict.toJson());
         verdictOut.flush();
         System.exit(verdict.compatible() ? 0 : 3);
+    }
+
+    static boolean missingFile(Throwable e) {
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (t instanceof java.io.FileNotFoundException || t instanceof java.nio.file.NoSuchFileException) {
+                return true;
+            }
+        }
+        return false;
     }
 
     static Verdict check(Args args) throws Exception {

@@ -9,6 +9,13 @@ final class Json {
         return new Json().open().field("verdict", "error").field("message", message).close().toString();
     }
 
+    /** {@code s} as a JSON string literal. */
+    static String quote(String s) {
+        Json j = new Json();
+        j.string(s);
+        return j.toString();
+    }
+
     Json open() {
         comma();
         out.append('{');

@@ -28,7 +28,9 @@ import java.util.Map;
  * <p>Arguments (--name value): output (required), records (default 100000), keys (10), rate
  * (records per second per subtask, 0 = unthrottled; default 2000), revision (a label written
  * into each line: an "image bump" without a graph change), counter-uid ("counter"; changing it
- * orphans the count state), max-parallelism (unset by default), source-uid ("numbers").
+ * orphans the count state), max-parallelism (unset by default), source-uid ("numbers"),
+ * audit-uid (unset: no audit; set: a stateful pass-through operator with that uid, which a later
+ * revision can drop).
  */
 public final class CountingJob {
     public static void main(String[] argv) throws Exception {
@@ -46,8 +48,13 @@ public final class CountingJob {
         DataStream<Long> numbers = env.fromSequence(0, records - 1)
                 .uid(args.getOrDefault("source-uid", "numbers"))
                 .name("numbers");
-        DataStream<String> lines = numbers
-                .map(new Throttle(rate)).uid("throttle").name("throttle")
+        DataStream<Long> throttled = numbers.map(new Throttle(rate)).uid("throttle").name("throttle");
+        if (args.containsKey("audit-uid")) {
+            // An extra stateful operator a later revision may drop (allowNonRestoredState).
+            throttled = throttled.keyBy(n -> n % keys).process(new Audit())
+                    .uid(args.get("audit-uid")).name("audit");
+        }
+        DataStream<String> lines = throttled
                 .keyBy(n -> n % keys)
                 .process(new RunningCount(revision))
                 .uid(args.getOrDefault("counter-uid", "counter"))
@@ -88,6 +95,23 @@ public final class CountingJob {
                 }
             }
             return value;
+        }
+    }
+
+    /** Passes every number on and counts them per key: state that can be left behind. */
+    static final class Audit extends KeyedProcessFunction<Long, Long, Long> {
+        private transient ValueState<Long> seen;
+
+        @Override
+        public void open(OpenContext context) {
+            seen = getRuntimeContext().getState(new ValueStateDescriptor<>("seen", Types.LONG));
+        }
+
+        @Override
+        public void processElement(Long value, Context ctx, Collector<Long> out) throws Exception {
+            Long n = seen.value();
+            seen.update(n == null ? 1L : n + 1);
+            out.collect(value);
         }
     }
 
