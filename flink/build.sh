@@ -7,7 +7,8 @@
 #
 # Writes <flink folder>/streamjob-flink-checker.jar and streamjob-flink-testjob.jar, checker/ (what
 # the check pod's init container copies from the flink-checker image), and the test
-# job alone in <flink folder>/testjob-usrlib/ (the usrlib/ of the test job's "image" in the
+# job alone in <flink folder>/testjob-usrlib/ and, without its AuditTally class, in
+# testjob-v2-usrlib/ (the usrlib/ of the test job's "images" in the
 # process kubelet); skipped when the sources are unchanged (their hash is kept in
 # <flink folder>/.sources-sha256).
 set -euo pipefail
@@ -17,7 +18,8 @@ test -f "$dir/lib/.complete" || { echo "build.sh: $dir/lib holds no complete Fli
 sources=$(cd "$here" && find checker testjob -name '*.java' | LC_ALL=C sort; echo checker/bin/flink-check)
 sha=$( (cd "$here" && cat build.sh $sources) | sha256sum | cut -d' ' -f1)
 if [ -f "$dir/.sources-sha256" ] && [ "$(cat "$dir/.sources-sha256")" = "$sha" ] \
-    && [ -f "$dir/checker/streamjob-flink-checker.jar" ] && [ -f "$dir/testjob-usrlib/streamjob-flink-testjob.jar" ]; then
+    && [ -f "$dir/checker/streamjob-flink-checker.jar" ] && [ -f "$dir/testjob-usrlib/streamjob-flink-testjob.jar" ] \
+    && [ -f "$dir/testjob-v2-usrlib/streamjob-flink-testjob.jar" ]; then
   exit 0
 fi
 work="$(mktemp -d)"
@@ -40,4 +42,10 @@ cp "$dir/streamjob-flink-checker.jar" "$here/checker/bin/flink-check" "$dir/chec
 cp "$dir"/lib/flink-state-processor-api-*.jar "$dir/checker/"
 mkdir -p "$dir/testjob-usrlib"
 cp "$dir/streamjob-flink-testjob.jar" "$dir/testjob-usrlib/streamjob-flink-testjob.jar"
+# The job's "next image" whose state class was deleted (AuditTally): its restore of a savepoint
+# with the tally state fails, which the pre-check must see coming.
+rm -f "$work/testjob/dev/streamjob/flink/testjob/AuditTally.class"
+rm -rf "$dir/testjob-v2-usrlib"
+mkdir -p "$dir/testjob-v2-usrlib"
+jar cf "$dir/testjob-v2-usrlib/streamjob-flink-testjob.jar" -C "$work/testjob" .
 echo "$sha" >"$dir/.sources-sha256"

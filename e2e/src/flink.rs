@@ -33,33 +33,40 @@ pub const TEST_JOB_CLASS: &str = "dev.streamjob.flink.testjob.CountingJob";
 pub const VERSIONS: &[&str] = &["1.20.0", "2.3.0"];
 /// The test job's image in the process kubelet (`<image>:<Flink version>`).
 pub const TEST_JOB_IMAGE: &str = "streamjob/flink-testjob";
+/// The test job's next image, whose `AuditTally` state class was deleted (`flink/build.sh`).
+pub const TEST_JOB_V2_IMAGE: &str = "streamjob/flink-testjob-v2";
 
 /// Process-kubelet mappings of `streamjob/flink-testjob:<version>` (Flink of that version with
 /// the test job in `usrlib/`, playing the official image's entrypoint) for every installed
 /// version.
 pub fn kubelet_images() -> Vec<ImageMapping> {
     let entrypoint = repo_root().join("e2e/scripts/flink-entrypoint.sh");
-    VERSIONS
-        .iter()
-        .filter_map(|v| FlinkDist::find(v).ok())
-        .map(|dist| ImageMapping {
-            // any tag starting with the version: `:1.20.0-r2` is a new image of the same job
-            image: format!("{TEST_JOB_IMAGE}:{}*", dist.version),
-            binary: entrypoint.clone(),
-            env: BTreeMap::from([
-                ("FLINK_HOME".to_string(), dist.dir.display().to_string()),
-                (
-                    "STREAMJOB_CHECKER_DIR".to_string(),
-                    dist.dir.join("checker").display().to_string(),
-                ),
-                (
-                    "FLINK_USRLIB".to_string(),
-                    dist.dir.join("testjob-usrlib").display().to_string(),
-                ),
-            ]),
-            aliases: vec!["/docker-entrypoint.sh".into()],
-        })
-        .collect()
+    let mut images = Vec::new();
+    for dist in VERSIONS.iter().filter_map(|v| FlinkDist::find(v).ok()) {
+        for (image, usrlib) in [
+            (TEST_JOB_IMAGE, "testjob-usrlib"),
+            (TEST_JOB_V2_IMAGE, "testjob-v2-usrlib"),
+        ] {
+            images.push(ImageMapping {
+                // any tag starting with the version: `:1.20.0-r2` is a new image of the same job
+                image: format!("{image}:{}*", dist.version),
+                binary: entrypoint.clone(),
+                env: BTreeMap::from([
+                    ("FLINK_HOME".to_string(), dist.dir.display().to_string()),
+                    (
+                        "STREAMJOB_CHECKER_DIR".to_string(),
+                        dist.dir.join("checker").display().to_string(),
+                    ),
+                    (
+                        "FLINK_USRLIB".to_string(),
+                        dist.dir.join(usrlib).display().to_string(),
+                    ),
+                ]),
+                aliases: vec!["/docker-entrypoint.sh".into()],
+            });
+        }
+    }
+    images
 }
 
 /// Arguments of the test job: `records` numbers over `keys` keys at `rate` per source subtask,

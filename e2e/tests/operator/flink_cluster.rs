@@ -4,14 +4,15 @@
 //! JVMs from the pinned jars of Flink 1.20.0 and 2.3.0) in a namespace enforcing the `restricted`
 //! Pod Security Standard. One job per version goes through everything a Flink user does to a job:
 //! a savepoint by nonce, suspend and resume, an image bump upgraded in place while the operator
-//! is SIGKILLed at every step, a parallelism change, pre-check refusals with the running job
+//! is SIGKILLed at every step, a parallelism change, a broken build rolled back, pre-check refusals with the running job
 //! untouched (a removed stateful uid, a changed max parallelism, a savepoint of the other Flink
-//! version), a removed uid let through by allowNonRestoredState, then the job runs to its end and
+//! version, a state whose class the new image no longer has), a removed uid let through by
+//! allowNonRestoredState, then the job runs to its end and
 //! every number is in exactly one committed line with each key's running counts exactly
 //! 1..=N (no state lost or replayed across the six runs).
 
 use streamjob_e2e::flink::{
-    TEST_JOB_CLASS, TEST_JOB_IMAGE, check_counting_output, counting_job_args,
+    TEST_JOB_CLASS, TEST_JOB_IMAGE, TEST_JOB_V2_IMAGE, check_counting_output, counting_job_args,
 };
 use streamjob_operator::engine::flink::precheck::operator_id;
 
@@ -30,14 +31,20 @@ struct FlinkJob {
     ns: String,
     dir: std::path::PathBuf,
     version: String,
+    /// The image's repository: the test job, or its next version without the `AuditTally` class.
+    image: &'static str,
     /// Appended to the image tag (`-r2`: a new image of the same job).
     tag: String,
     parallelism: u32,
     revision: String,
     rate: u32,
     audit: bool,
+    /// The audit's state: an `AuditTally` POJO (`tally`) or a Long.
+    audit_type: &'static str,
     max_parallelism: Option<u32>,
     allow_non_restored_state: bool,
+    /// A broken build: every record fails the job (`--fail true`).
+    fail: bool,
     suspended: bool,
     nonce: Option<i64>,
 }
@@ -50,7 +57,15 @@ impl FlinkJob {
     fn manifest(&self) -> String {
         let mut extra: Vec<String> = Vec::new();
         if self.audit {
-            extra.extend(["--audit-uid".into(), "audit".into()]);
+            extra.extend([
+                "--audit-uid".into(),
+                "audit".into(),
+                "--audit-type".into(),
+                self.audit_type.into(),
+            ]);
+        }
+        if self.fail {
+            extra.extend(["--fail".into(), "true".into()]);
         }
         if let Some(m) = self.max_parallelism {
             extra.extend(["--max-parallelism".into(), m.to_string()]);
@@ -70,7 +85,7 @@ impl FlinkJob {
             "metadata": {"name": self.name, "namespace": self.ns},
             "spec": {
                 "engine": "flink",
-                "image": format!("{TEST_JOB_IMAGE}:{}{}", self.version, self.tag),
+                "image": format!("{}:{}{}", self.image, self.version, self.tag),
                 "parallelism": self.parallelism,
                 "state": if self.suspended { "suspended" } else { "running" },
                 "checkpoints": {"dir": format!("file://{}/checkpoints", self.dir.display()), "interval": "2s", "retained": 5},
@@ -170,8 +185,8 @@ struct Upgraded {
 async fn upgraded(ctx: &Ctx, job: &FlinkJob, kill: bool) -> Upgraded {
     let before = ctx.get().await;
     let old = deployed_hash(&before);
-    // a refusal recorded before this change stays until the change replaces it
-    let refused_before = status(&before)["upgrade"]["to"].clone();
+    // a refusal or rollback recorded before this change stays until the change replaces it
+    let record_before = status(&before)["upgrade"]["to"].clone();
     let started = Instant::now();
     job.apply(ctx.env);
     let mut killed: Vec<String> = Vec::new();
@@ -186,9 +201,9 @@ async fn upgraded(ctx: &Ctx, job: &FlinkJob, kill: bool) -> Upgraded {
         if s.ends_with("/Savepointing") {
             stopping.get_or_insert_with(Instant::now);
         }
-        let refused = s.ends_with("/Blocked") && status(&o)["upgrade"]["to"] != refused_before;
+        let stale = status(&o)["upgrade"]["to"] == record_before;
         assert!(
-            !refused && !s.starts_with("Rollback"),
+            stale || !(s.ends_with("/Blocked") || s.starts_with("Rollback")),
             "upgrade not made: {s}: {}; seen {:?}; status {}",
             status(&o)["upgrade"]["message"],
             ctx.seen(),
@@ -199,7 +214,7 @@ async fn upgraded(ctx: &Ctx, job: &FlinkJob, kill: bool) -> Upgraded {
             "not promoted; seen {:?}, killed at {killed:?}",
             ctx.seen()
         );
-        if kill && !s.is_empty() && !s.ends_with("/Blocked") && !killed.contains(&s) {
+        if kill && !s.is_empty() && !stale && !killed.contains(&s) {
             let (pod, pid) = operator_process(ctx.env).await;
             nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
@@ -244,13 +259,16 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
         ns,
         dir,
         version: version.into(),
+        image: TEST_JOB_IMAGE,
         tag: String::new(),
         parallelism: 2,
         revision: "1".into(),
         rate: RATE,
         audit: true,
+        audit_type: "tally",
         max_parallelism: None,
         allow_non_restored_state: false,
+        fail: false,
         suspended: false,
         nonce: None,
     };
@@ -345,6 +363,33 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
     ));
     assert_eq!(status(&ctx.get().await)["deployment"]["parallelism"], 3);
 
+    // a broken build (every record fails it before its first checkpoint) is rolled back to the
+    // last stable spec from the same savepoint; nothing it wrote is committed
+    let stable = deployed_hash(&ctx.get().await);
+    let mut broken = job.clone();
+    broken.revision = "broken".into();
+    broken.fail = true;
+    let t = Instant::now();
+    broken.apply(env);
+    let o = ctx
+        .wait(
+            "the broken build rolled back",
+            Duration::from_secs(240),
+            |o| {
+                step(o) == "Rollback/RolledBack"
+                    && phase(o) == "Running"
+                    && deployed_hash(o) == stable
+            },
+        )
+        .await;
+    let rollback_secs = t.elapsed().as_secs_f64();
+    assert_eq!(
+        status(&o)["deployment"]["startedFrom"],
+        "savepoint",
+        "the stable spec restored the upgrade's savepoint"
+    );
+    ctx.log(&format!("broken build rolled back in {rollback_secs:.1}s"));
+
     // refusals, the running job untouched
     let running = job_manager(&ctx).await;
     let mut change = job.clone();
@@ -362,6 +407,19 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
     let mut change = job.clone();
     change.version = other_version.into();
     refused(&ctx, &change, other_refusal, &running).await;
+    // the next image deleted the audit state's class (its state now a Long): Flink would fail
+    // the restore with ClassNotFoundException (measured), the pre-check reads the savepoint's
+    // serializer snapshots with the new image's classes
+    let mut change = job.clone();
+    change.image = TEST_JOB_V2_IMAGE;
+    change.audit_type = "long";
+    refused(
+        &ctx,
+        &change,
+        "operator uid \"audit\": its state's serializers cannot be read with the new job's classes",
+        &running,
+    )
+    .await;
 
     // the stateful uid dropped with allowNonRestoredState; the job then runs to its end
     job.audit = false;
@@ -410,10 +468,15 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
             "revision {r} wrote lines: {revisions:?}"
         );
     }
+    assert!(
+        !revisions.contains_key("broken"),
+        "the rolled-back build committed nothing: {revisions:?}"
+    );
     let rss_end = operator_rss_mib(env).await;
     ctx.log(&format!(
         "FIGURES Flink {version}: apply -> RUNNING with a checkpoint {to_running:.1}s; image bump \
          (operator killed {} times) {:.1}s; parallelism 2 -> 3 {:.1}s (output stall {:.1}s); \
+         broken build rolled back {rollback_secs:.1}s; \
          uid dropped with allowNonRestoredState {:.1}s (output stall {:.1}s); operator RSS \
          {rss_idle:.0} MiB idle, {rss_running:.0} MiB with the job running, {rss_end:.0} MiB at \
          the end; lines per revision {revisions:?}",

@@ -343,6 +343,17 @@ mod tests {
     }
 
     #[test]
+    fn an_unrestorable_state_serializer_is_named_by_its_operator() {
+        // the checker's compact termination message (measured: AuditTally deleted from the image)
+        let line = r#"{"verdict":"incompatible","flinkVersion":"2.3.0","formatVersion":6,"problems":[{"operatorId":"b864716503adbe27d91981bb81974494","uid":"audit","kind":"state-serializer","message":"its state's serializers cannot be read with the new job's classes (IOException Could not find class 'AuditTally' in classpath.)"}]}"#;
+        let reason = parse_verdict(line).unwrap().outcome(&[]).unwrap_err();
+        assert_eq!(
+            reason,
+            "operator uid \"audit\": its state's serializers cannot be read with the new job's classes (IOException Could not find class 'AuditTally' in classpath.)"
+        );
+    }
+
+    #[test]
     fn errors_and_silence_block() {
         let error =
             parse_verdict("{\"verdict\":\"error\",\"message\":\"ClassNotFoundException x\"}")

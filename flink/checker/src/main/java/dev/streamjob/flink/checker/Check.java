@@ -75,7 +75,21 @@ public final class Check {
         }
         verdictOut.println(verdict.toJson());
         verdictOut.flush();
+        writeTerminationMessage(verdict.toCompactJson(4000));
         System.exit(verdict.compatible() ? 0 : 3);
+    }
+
+    /** The container's termination message, where the operator reads the verdict (the full
+     * line may not fit its 4 KiB): $STREAMJOB_TERMINATION_MESSAGE_PATH or /dev/termination-log,
+     * when writable. */
+    static void writeTerminationMessage(String line) {
+        String path = System.getenv().getOrDefault("STREAMJOB_TERMINATION_MESSAGE_PATH", "/dev/termination-log");
+        try {
+            java.nio.file.Files.write(java.nio.file.Paths.get(path),
+                    (line + "\n").getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        } catch (Exception e) {
+            // not in a container (a developer's shell): stdout has the verdict
+        }
     }
 
     static boolean missingFile(Throwable e) {
@@ -149,12 +163,23 @@ public final class Check {
                     }
                 }
             }
+        } catch (Exception e) {
+            program.close();
+            throw e;
+        }
+        verdict.newOperators.addAll(newOperators.values());
+        try {
+            checkSavepoint(args, verdict, newOperators, program.getUserCodeClassLoader());
         } finally {
             program.close();
         }
-        verdict.newOperators.addAll(newOperators.values());
+        return verdict;
+    }
 
-        // 3. The savepoint's operators against the new graph, as Flink's restore maps them.
+    /** Step 3: the savepoint's operators against the new graph, as Flink's restore maps them. */
+    static void checkSavepoint(Args args, Verdict verdict, Map<OperatorID, NewOperator> newOperators,
+            ClassLoader userClassLoader) throws Exception {
+
         CheckpointMetadata metadata = SavepointLoader.loadSavepointMetadata(args.savepoint);
         for (OperatorState state : metadata.getOperatorStates()) {
             verdict.savepointOperators++;
@@ -179,6 +204,15 @@ public final class Check {
                                     + " commit incomplete batch of committables\", measured with Flink 1.20.0 -> 2.3.0"
                                     + " and FileSink), so the new job would fail after the old one is gone");
                 }
+                // 4. Its state names and serializer snapshots, read with the new job's classes.
+                if (hasState(state)) {
+                    StateCheck.Result states = StateCheck.read(state, userClassLoader);
+                    verdict.states.add(new Object[] {id.toHexString(), uid, states.names});
+                    for (String why : states.unresolvable) {
+                        verdict.problem(id, uid, "state-serializer", why
+                                + "; Flink would fail restoring it after the old job is gone");
+                    }
+                }
                 continue;
             }
             if (!hasState(state)) {
@@ -193,7 +227,6 @@ public final class Check {
                                 + " allowNonRestoredState to drop that state");
             }
         }
-        return verdict;
     }
 
     /** Sink V2's committer operator: Flink names its uid "Sink Committer: <sink uid>". */
@@ -289,6 +322,8 @@ public final class Check {
         final List<NewOperator> newOperators = new ArrayList<>();
         final List<String[]> problems = new ArrayList<>();
         final List<String[]> notRestored = new ArrayList<>();
+        /** (operator id, uid, state names) of every restored operator with state. */
+        final List<Object[]> states = new ArrayList<>();
 
         Verdict(String flinkVersion, String savepoint) {
             this.flinkVersion = flinkVersion;
@@ -320,6 +355,15 @@ public final class Check {
                 j.open().field("operatorId", p[0]).field("uid", p[1]).close();
             }
             j.closeArray();
+            j.key("states").openArray();
+            for (Object[] st : states) {
+                j.open().field("operatorId", (String) st[0]).field("uid", (String) st[1]).key("names").openArray();
+                for (Object name : (List<?>) st[2]) {
+                    j.value(name.toString());
+                }
+                j.closeArray().close();
+            }
+            j.closeArray();
             j.key("operators").openArray();
             for (NewOperator o : newOperators) {
                 j.open().field("operatorId", o.id.toHexString()).field("uid", o.uid).field("name", o.name)
@@ -327,6 +371,32 @@ public final class Check {
             }
             j.closeArray();
             return j.close().toString();
+        }
+
+        /** The verdict within {@code limit} bytes (a termination message holds 4 KiB): verdict,
+         * versions and as many problems as fit; the full line goes to the log. */
+        String toCompactJson(int limit) {
+            int kept = problems.size();
+            while (true) {
+                Json j = new Json().open();
+                j.field("verdict", compatible() ? "compatible" : "incompatible");
+                j.field("flinkVersion", flinkVersion);
+                j.field("formatVersion", formatVersion);
+                j.key("problems").openArray();
+                for (String[] p : problems.subList(0, kept)) {
+                    String message = p[3].length() > 600 ? p[3].substring(0, 600) + "..." : p[3];
+                    j.open().field("operatorId", p[0]).field("uid", p[1]).field("kind", p[2]).field("message", message).close();
+                }
+                j.closeArray();
+                if (kept < problems.size()) {
+                    j.field("omittedProblems", problems.size() - kept);
+                }
+                String out = j.close().toString();
+                if (out.getBytes(java.nio.charset.StandardCharsets.UTF_8).length <= limit || kept == 0) {
+                    return out;
+                }
+                kept--;
+            }
         }
     }
 }

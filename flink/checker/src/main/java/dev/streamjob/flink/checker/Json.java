@@ -60,6 +60,13 @@ final class Json {
         return this;
     }
 
+    /** An array element. */
+    Json value(String value) {
+        comma();
+        string(value);
+        return this;
+    }
+
     Json field(String key, int value) {
         key(key);
         first = false;

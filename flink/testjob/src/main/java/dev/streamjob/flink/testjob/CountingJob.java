@@ -30,7 +30,8 @@ import java.util.Map;
  * into each line: an "image bump" without a graph change), counter-uid ("counter"; changing it
  * orphans the count state), max-parallelism (unset by default), source-uid ("numbers"),
  * audit-uid (unset: no audit; set: a stateful pass-through operator with that uid, which a later
- * revision can drop).
+ * revision can drop), audit-type ("long": its state a Long; "tally": an {@link AuditTally} POJO),
+ * fail ("true": every record throws, a build that never checkpoints).
  */
 public final class CountingJob {
     public static void main(String[] argv) throws Exception {
@@ -50,13 +51,16 @@ public final class CountingJob {
                 .name("numbers");
         DataStream<Long> throttled = numbers.map(new Throttle(rate)).uid("throttle").name("throttle");
         if (args.containsKey("audit-uid")) {
-            // An extra stateful operator a later revision may drop (allowNonRestoredState).
-            throttled = throttled.keyBy(n -> n % keys).process(new Audit())
+            // An extra stateful operator a later revision may drop (allowNonRestoredState), its
+            // state a Long or (audit-type tally) a POJO.
+            KeyedProcessFunction<Long, Long, Long> audit =
+                    "tally".equals(args.get("audit-type")) ? new TallyAudit() : new Audit();
+            throttled = throttled.keyBy(n -> n % keys).process(audit)
                     .uid(args.get("audit-uid")).name("audit");
         }
         DataStream<String> lines = throttled
                 .keyBy(n -> n % keys)
-                .process(new RunningCount(revision))
+                .process(new RunningCount(revision, Boolean.parseBoolean(args.getOrDefault("fail", "false"))))
                 .uid(args.getOrDefault("counter-uid", "counter"))
                 .name("counter");
         // Roll on every checkpoint, so a checkpoint commits every line written before it.
@@ -115,12 +119,36 @@ public final class CountingJob {
         }
     }
 
+    /** The audit with its count in an {@link AuditTally} POJO. */
+    static final class TallyAudit extends KeyedProcessFunction<Long, Long, Long> {
+        private transient ValueState<AuditTally> seen;
+
+        @Override
+        public void open(OpenContext context) {
+            seen = getRuntimeContext().getState(new ValueStateDescriptor<>("seen", Types.POJO(AuditTally.class)));
+        }
+
+        @Override
+        public void processElement(Long value, Context ctx, Collector<Long> out) throws Exception {
+            AuditTally tally = seen.value();
+            if (tally == null) {
+                tally = new AuditTally();
+            }
+            tally.seen++;
+            seen.update(tally);
+            out.collect(value);
+        }
+    }
+
     static final class RunningCount extends KeyedProcessFunction<Long, Long, String> {
         private final String revision;
+        /** A broken build: every record fails it, before its first checkpoint. */
+        private final boolean fail;
         private transient ValueState<Long> count;
 
-        RunningCount(String revision) {
+        RunningCount(String revision, boolean fail) {
             this.revision = revision;
+            this.fail = fail;
         }
 
         @Override
@@ -130,6 +158,9 @@ public final class CountingJob {
 
         @Override
         public void processElement(Long value, Context ctx, Collector<String> out) throws Exception {
+            if (fail) {
+                throw new IllegalStateException("revision " + revision + " is broken (--fail true)");
+            }
             Long current = count.value();
             long next = (current == null ? 0 : current) + 1;
             count.update(next);
