@@ -18,6 +18,7 @@
 use std::future::Future;
 
 use kube::Client;
+use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::{StreamJob, StreamJobSpec};
 
 use crate::Result;
@@ -139,4 +140,13 @@ pub trait Engine: Send + Sync + 'static {
         job: &JobScope<'_>,
         paths: &[String],
     ) -> impl Future<Output = Result<String>> + Send;
+}
+
+/// How long a compatibility-check pod may run (its `activeDeadlineSeconds`): the upgrade's
+/// `readinessTimeout`, so a check that hangs fails the upgrade no later than a version that never
+/// becomes ready would. Validation has already refused a malformed duration; 300 s stands in.
+pub(crate) fn check_deadline_secs(spec: &StreamJobSpec) -> i64 {
+    parse_duration("readinessTimeout", &spec.upgrade.readiness_timeout)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(300)
 }

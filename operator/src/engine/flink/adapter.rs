@@ -18,7 +18,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::{Api, DeleteParams, PostParams};
 use streamjob_crds::hash::deployment_hash;
-use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::{StreamJobSpec, UpgradeMode};
 
 use super::cluster::{CONFIG_KEY, REST_PORT};
@@ -26,7 +25,7 @@ use super::plan::{self, cluster_plan, job_id};
 use super::rest::{FlinkRest, trigger_id};
 use crate::api::{ignore_conflict, ignore_missing};
 use crate::decide::{self, MANAGER, Observed, RunPlan};
-use crate::engine::{Engine, JobScope, SavepointOrder, spec_of_hash};
+use crate::engine::{Engine, JobScope, SavepointOrder, check_deadline_secs, spec_of_hash};
 use crate::resources;
 use crate::{Error, Result};
 
@@ -179,9 +178,7 @@ impl Engine for FlinkEngine {
         spec: &StreamJobSpec,
         from: &str,
     ) -> Result<()> {
-        let deadline = parse_duration("readinessTimeout", &spec.upgrade.readiness_timeout)
-            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-            .unwrap_or(300);
+        let deadline = check_deadline_secs(spec);
         tracing::info!(pod = %name, %from, "creating Flink pre-check pod");
         let pod = plan::check_pod(
             job.owner,

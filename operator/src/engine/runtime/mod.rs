@@ -8,10 +8,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceRequirements};
 use kube::api::{Api, DeleteParams, PostParams};
 use streamjob_crds::hash::deployment_hash;
-use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::StreamJobSpec;
 
-use super::{Engine, JobScope, SavepointOrder};
+use super::{Engine, JobScope, SavepointOrder, check_deadline_secs};
 use crate::api::{ignore_conflict, ignore_missing};
 use crate::control::{ControlApi, Endpoint, SavepointRequest};
 use crate::decide::{self, MANAGER, Observed, RunPlan};
@@ -163,9 +162,7 @@ impl<C: ControlApi> Engine for RuntimeEngine<C> {
         spec: &StreamJobSpec,
         from: &str,
     ) -> Result<()> {
-        let deadline = parse_duration("readinessTimeout", &spec.upgrade.readiness_timeout)
-            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-            .unwrap_or(300);
+        let deadline = check_deadline_secs(spec);
         tracing::info!(pod = %name, %from, "creating plan pod");
         let pod = resources::plan_pod(job.owner, name, hash, spec, from, deadline);
         self.create_pod(job, pod).await
