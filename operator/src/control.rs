@@ -10,55 +10,54 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use streamjob_contract::requests::StartRequest;
 
+use crate::http::{self, QUOTE_CHARS, sanitize_remote};
 use crate::{Error, Result};
 
 /// The most the operator reads of one control API answer. A status is a few KiB; a runtime that
 /// sends more is broken or hostile, and one operator serves every job of the cluster.
-pub const MAX_ANSWER_BYTES: usize = 1 << 20;
-/// The most read of an error answer (only its start is quoted).
-const MAX_ERROR_BYTES: usize = 4 << 10;
-
-/// The body of `resp`, refused as soon as it exceeds `max` bytes (announced or sent).
-async fn read_capped(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>> {
-    let too_large = || Error::Control(format!("the runtime's answer exceeds {max} bytes"));
-    if resp
-        .content_length()
-        .is_some_and(|n| n > u64::try_from(max).unwrap_or(u64::MAX))
-    {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = resp
-        .chunk()
-        .await
-        .map_err(|e| Error::Control(format!("reading the answer: {e}")))?
-    {
-        if body.len() + chunk.len() > max {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
+pub use crate::http::MAX_ANSWER_BYTES;
 
 /// The JSON body of `resp` (at most [`MAX_ANSWER_BYTES`]); `what` names the call in errors.
 async fn read_json<T: DeserializeOwned>(resp: reqwest::Response, what: &str) -> Result<T> {
-    let body = read_capped(resp, MAX_ANSWER_BYTES).await?;
-    serde_json::from_slice(&body).map_err(|e| Error::Control(format!("bad {what} body: {e}")))
+    let body = http::read_capped(resp, MAX_ANSWER_BYTES)
+        .await
+        .map_err(|e| Error::Control(e.to_string()))?;
+    // serde's message can quote the answer
+    serde_json::from_slice(&body).map_err(|e| {
+        Error::Control(format!(
+            "bad {what} body: {}",
+            sanitize_remote(&e.to_string(), QUOTE_CHARS)
+        ))
+    })
 }
 
 /// The contract's types (`streamjob-contract`), under the names the decision uses.
 pub use streamjob_contract::requests::{SavepointProgress as SavepointState, SavepointRequest};
 pub use streamjob_contract::status::{JobStatus, RestoredFrom, RunState, Snapshot, SourceProblem};
 
-/// A savepoint answer the decision can use: `completed` must name where.
+/// A savepoint answer the decision can use: `completed` must name where; a failure's reason is
+/// the runtime's text, quoted in status.
 fn checked(progress: SavepointState) -> Result<SavepointState> {
     match progress {
         SavepointState::Completed { path } if path.is_empty() => Err(Error::Control(
             "savepoint reported completed without a path".into(),
         )),
+        SavepointState::Failed { error } => Ok(SavepointState::Failed {
+            error: sanitize_remote(&error, QUOTE_CHARS),
+        }),
         other => Ok(other),
     }
+}
+
+/// A status whose texts (the failure, the sources' problems) are fit to quote in status and
+/// events: the runtime runs the tenant's image.
+fn sanitized(mut status: JobStatus) -> JobStatus {
+    status.failure = status.failure.map(|f| sanitize_remote(&f, QUOTE_CHARS));
+    for p in &mut status.problems {
+        p.uid = sanitize_remote(&p.uid, QUOTE_CHARS);
+        p.message = sanitize_remote(&p.message, QUOTE_CHARS);
+    }
+    status
 }
 
 /// A runtime pod's control endpoint.
@@ -118,33 +117,26 @@ pub struct HttpControl {
 }
 
 impl HttpControl {
+    /// `timeout` bounds connecting and each whole call, the answer included.
     pub fn new(timeout: Duration) -> Result<Self> {
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .build()
-            .map_err(|e| Error::Control(format!("cannot build HTTP client: {e}")))?;
+        let client = http::client(timeout, timeout).map_err(|e| {
+            Error::Control(format!("cannot build HTTP client: {}", http::describe(&e)))
+        })?;
         Ok(Self { client })
     }
 
+    /// Sends `req`; anything but a 2xx is an error (a redirect is not followed).
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response> {
         let resp = req
             .send()
             .await
-            .map_err(|e| Error::Control(format!("request failed: {e}")))?;
+            .map_err(|e| Error::Control(format!("request failed: {}", http::describe(&e))))?;
         let status = resp.status();
         if status.is_success() {
             Ok(resp)
         } else {
-            // a body too large to quote is quoted by its size
-            let body = match read_capped(resp, MAX_ERROR_BYTES).await {
-                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-                Err(e) => e.to_string(),
-            };
-            Err(Error::Control(format!(
-                "runtime answered {status}: {}",
-                body.chars().take(500).collect::<String>()
-            )))
+            let body = sanitize_remote(&http::refusal(resp).await, QUOTE_CHARS);
+            Err(Error::Control(format!("runtime answered {status}: {body}")))
         }
     }
 }
@@ -158,7 +150,7 @@ impl ControlApi for HttpControl {
                     .bearer_auth(&ep.token),
             )
             .await?;
-        read_json(resp, "/v1/status").await
+        read_json(resp, "/v1/status").await.map(sanitized)
     }
 
     async fn trigger_savepoint(&self, ep: &Endpoint, req: &SavepointRequest) -> Result<String> {
@@ -281,62 +273,32 @@ mod tests {
             parse(r#"{"state":"failed","error":"x"}"#).unwrap(),
             SavepointState::Failed { error: "x".into() }
         );
-    }
-
-    /// A one-shot HTTP server on loopback answering `head` and then `body_len` bytes of `fill`.
-    async fn answer_once(head: &'static str, fill: u8, body_len: usize) -> Endpoint {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let mut req = [0u8; 4096];
-            let _ = s.read(&mut req).await;
-            let _ = s.write_all(head.as_bytes()).await;
-            let chunk = vec![fill; 64 << 10];
-            let mut left = body_len;
-            while left > 0 {
-                let n = left.min(chunk.len());
-                if s.write_all(&chunk[..n]).await.is_err() {
-                    return;
-                }
-                left -= n;
+        // the runtime's reason reaches status as one clean line
+        assert_eq!(
+            parse(r#"{"state":"failed","error":"\u001b[31mno space\n\tat x"}"#).unwrap(),
+            SavepointState::Failed {
+                error: "no space at x".into()
             }
-        });
-        Endpoint::new("127.0.0.1", port, "t")
+        );
     }
 
-    #[tokio::test]
-    async fn answers_are_read_with_a_byte_limit() {
-        let control = HttpControl::new(Duration::from_secs(10)).unwrap();
-        // sent without a length (read until closed): cut at the limit
-        let ep = answer_once(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
-            b' ',
-            3 * MAX_ANSWER_BYTES,
-        )
-        .await;
-        let e = control.status(&ep).await.unwrap_err();
-        assert!(e.to_string().contains("exceeds 1048576 bytes"), "{e}");
-        // announced: refused before reading
-        let ep = answer_once(
-            "HTTP/1.1 200 OK\r\nContent-Length: 999999999\r\n\r\n",
-            b' ',
-            0,
-        )
-        .await;
-        let e = control.status(&ep).await.unwrap_err();
-        assert!(e.to_string().contains("exceeds 1048576 bytes"), "{e}");
-        // an error answer is quoted by its start only
-        let ep = answer_once(
-            "HTTP/1.1 500 Internal Server Error\r\nConnection: close\r\n\r\n",
-            b'x',
-            10 << 20,
-        )
-        .await;
-        let e = control.status(&ep).await.unwrap_err().to_string();
-        assert!(e.contains("runtime answered 500"), "{e}");
-        assert!(e.len() < 1000, "{} bytes of error", e.len());
+    #[test]
+    fn status_texts_are_sanitised() {
+        let mut js = JobStatus::new(RunState::Failed);
+        js.failure = Some(format!("boom\r\n\u{1b}[2J{}", "x".repeat(5000)));
+        js.problems = vec![SourceProblem {
+            uid: "src\u{202e}".into(),
+            message: "lag\n\n too high\u{7}".into(),
+        }];
+        let js = sanitized(js);
+        let failure = js.failure.unwrap();
+        assert!(
+            failure.starts_with("boom xxx") && failure.ends_with('…'),
+            "{failure}"
+        );
+        assert_eq!(failure.chars().count(), QUOTE_CHARS);
+        assert_eq!(js.problems[0].uid, "src");
+        assert_eq!(js.problems[0].message, "lag too high");
     }
 
     #[test]

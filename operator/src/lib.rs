@@ -14,6 +14,7 @@ mod fuzz;
 #[cfg(test)]
 #[path = "../../crds/src/fuzz_loop.rs"]
 mod fuzz_loop;
+pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod network_policy;

@@ -20,6 +20,7 @@
 
 mod adapter;
 pub mod cluster;
+pub mod conf;
 mod observe;
 pub mod plan;
 pub mod precheck;
@@ -31,8 +32,8 @@ pub use adapter::FlinkEngine;
 /// What can go wrong talking to Flink or reading its answers.
 #[derive(Debug, thiserror::Error)]
 pub enum FlinkError {
-    /// The REST call did not get an answer.
-    #[error("Flink REST {method} {url}: {source}")]
+    /// The REST call did not get an answer (the causes spelled out: "operation timed out").
+    #[error("Flink REST {method} {url}: {}", crate::http::describe(.source))]
     Request {
         method: &'static str,
         url: String,

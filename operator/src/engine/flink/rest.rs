@@ -13,12 +13,26 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::FlinkError;
+use crate::http::{
+    self, BodyError, MAX_ANSWER_BYTES, MAX_ERROR_BYTES, QUOTE_CHARS, sanitize_remote,
+};
 
-/// A JobManager's REST endpoint.
+/// How long connecting to a JobManager may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one REST exchange may take, the answer's body included.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// The most read of `/jobs/:id/exceptions`: its history holds up to 16 failures (Flink's
+/// `web.exception-history-size`), each with whole stack traces, larger than any other answer.
+const MAX_EXCEPTIONS_BYTES: usize = 4 * MAX_ANSWER_BYTES;
+
+/// A JobManager's REST endpoint. The JobManager runs the tenant's image, so its answers are
+/// read as [`crate::http`] reads a hostile pod's: no redirects, capped bodies, sanitised text.
 #[derive(Clone, Debug)]
 pub struct FlinkRest {
     base: String,
-    http: reqwest::Client,
+    /// The client, or why it could not be built (then every call fails, naming it: a client
+    /// with reqwest's defaults would follow redirects).
+    http: Result<reqwest::Client, String>,
 }
 
 /// A job as `/jobs/overview` lists it.
@@ -100,13 +114,15 @@ pub fn trigger_id(purpose: &str) -> String {
 impl FlinkRest {
     /// `base` is `http://<host>:<rest port>`.
     pub fn new(base: impl Into<String>) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .unwrap_or_default();
+        Self::with_timeouts(base, CONNECT_TIMEOUT, TIMEOUT)
+    }
+
+    /// [`new`](Self::new) with other timeouts: `connect` for the connection, `total` for a
+    /// whole exchange.
+    pub fn with_timeouts(base: impl Into<String>, connect: Duration, total: Duration) -> Self {
         Self {
             base: base.into().trim_end_matches('/').to_string(),
-            http,
+            http: http::client(connect, total).map_err(|e| http::describe(&e)),
         }
     }
 
@@ -237,12 +253,10 @@ impl FlinkRest {
 
     /// The newest failure of job `jid`, first line (what a condition message can show).
     pub async fn latest_exception(&self, jid: &str) -> Result<Option<String>, FlinkError> {
-        let answer: Value = self.get(&format!("/jobs/{jid}/exceptions")).await?;
-        let trace = answer
-            .pointer("/exceptionHistory/entries/0/stacktrace")
-            .or_else(|| answer.get("root-exception"))
-            .and_then(Value::as_str);
-        Ok(trace.map(|t| t.lines().next().unwrap_or_default().to_string()))
+        let answer: Value = self
+            .get_capped(&format!("/jobs/{jid}/exceptions"), MAX_EXCEPTIONS_BYTES)
+            .await?;
+        Ok(latest_failure(&answer))
     }
 
     async fn trigger(&self, path: &str, body: &Value, trigger_id: &str) -> Result<(), FlinkError> {
@@ -254,7 +268,10 @@ impl FlinkRest {
         } else {
             Err(FlinkError::Answer {
                 url,
-                detail: format!("asked for trigger id {trigger_id}, Flink answered {id}"),
+                detail: format!(
+                    "asked for trigger id {trigger_id}, Flink answered {}",
+                    sanitize_remote(&id, 100)
+                ),
             })
         }
     }
@@ -278,54 +295,85 @@ impl FlinkRest {
 
     /// Cancels job `jid` (no savepoint): what it has not committed is never committed.
     pub async fn cancel(&self, jid: &str) -> Result<(), FlinkError> {
-        let path = format!("/jobs/{jid}?mode=cancel");
-        let url = self.url(&path);
-        let response = self.http.patch(&url).send().await;
+        let url = self.url(&format!("/jobs/{jid}?mode=cancel"));
+        let request = self.client(&url)?.patch(&url);
         // 202 with an empty JSON object
-        self.read::<Value>("PATCH", url, response).await.map(|_| ())
+        self.exchange::<Value>("PATCH", url, request, MAX_ANSWER_BYTES)
+            .await
+            .map(|_| ())
     }
 
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
+    fn client(&self, url: &str) -> Result<&reqwest::Client, FlinkError> {
+        self.http.as_ref().map_err(|e| FlinkError::Answer {
+            url: url.to_string(),
+            detail: format!("no HTTP client: {e}"),
+        })
+    }
+
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, FlinkError> {
+        self.get_capped(path, MAX_ANSWER_BYTES).await
+    }
+
+    async fn get_capped<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        max: usize,
+    ) -> Result<T, FlinkError> {
         let url = self.url(path);
-        let response = self.http.get(&url).send().await;
-        self.read("GET", url, response).await
+        let request = self.client(&url)?.get(&url);
+        self.exchange("GET", url, request, max).await
     }
 
     async fn post<T: DeserializeOwned>(&self, path: &str, body: &Value) -> Result<T, FlinkError> {
         let url = self.url(path);
-        let response = self.http.post(&url).json(body).send().await;
-        self.read("POST", url, response).await
+        let request = self.client(&url)?.post(&url).json(body);
+        self.exchange("POST", url, request, MAX_ANSWER_BYTES).await
     }
 
-    async fn read<T: DeserializeOwned>(
+    /// Sends `request` and reads its JSON answer (at most `max` bytes). Anything but a 2xx is an
+    /// error: a redirect is not followed, an error body is quoted by its first lines, sanitised.
+    async fn exchange<T: DeserializeOwned>(
         &self,
         method: &'static str,
         url: String,
-        response: reqwest::Result<reqwest::Response>,
+        request: reqwest::RequestBuilder,
+        max: usize,
     ) -> Result<T, FlinkError> {
-        let request = |source| FlinkError::Request {
+        let failed = |source| FlinkError::Request {
             method,
             url: url.clone(),
             source,
         };
-        let response = response.map_err(request)?;
+        let response = request.send().await.map_err(failed)?;
         let status = response.status();
-        let body = response.text().await.map_err(request)?;
         if !status.is_success() {
             return Err(FlinkError::Status {
                 method,
                 url,
                 status: status.as_u16(),
-                body: errors_of(&body),
+                body: errors_of(&http::refusal(response).await),
             });
         }
-        serde_json::from_str(&body).map_err(|e| FlinkError::Answer {
-            url,
-            detail: format!("{e}: {}", truncate(&body, 300)),
+        let body = http::read_capped(response, max)
+            .await
+            .map_err(|e| match e {
+                BodyError::Read(source) => failed(source),
+                too_large @ BodyError::TooLarge { .. } => FlinkError::Answer {
+                    url: url.clone(),
+                    detail: too_large.to_string(),
+                },
+            })?;
+        // serde's message can quote the answer too; a start of the answer is enough to quote
+        serde_json::from_slice(&body).map_err(|e| {
+            let start = String::from_utf8_lossy(&body[..body.len().min(MAX_ERROR_BYTES)]);
+            FlinkError::Answer {
+                detail: sanitize_remote(&format!("{e}: {start}"), 300),
+                url,
+            }
         })
     }
 }
@@ -337,17 +385,20 @@ fn operation(answer: &Value, url: &str) -> Result<Operation, FlinkError> {
         .and_then(Value::as_str)
         .ok_or_else(|| FlinkError::Answer {
             url: url.to_string(),
-            detail: format!("no status.id in {answer}"),
+            detail: format!(
+                "no status.id in {}",
+                sanitize_remote(&answer.to_string(), 300)
+            ),
         })?;
     if status == "IN_PROGRESS" {
         return Ok(Operation::InProgress);
     }
     if let Some(cause) = answer.pointer("/operation/failure-cause") {
-        let text = cause
-            .get("stack-trace")
-            .and_then(Value::as_str)
-            .map(|t| t.lines().next().unwrap_or_default().to_string())
-            .unwrap_or_else(|| cause.to_string());
+        // the cause becomes the savepoint's error in status
+        let text = match cause.get("stack-trace").and_then(Value::as_str) {
+            Some(trace) => first_line(trace),
+            None => sanitize_remote(&cause.to_string(), QUOTE_CHARS),
+        };
         return Ok(Operation::Failed(text));
     }
     let location = answer
@@ -364,8 +415,26 @@ fn string_at(value: &Value, key: &str, url: &str) -> Result<String, FlinkError> 
         .map(str::to_string)
         .ok_or_else(|| FlinkError::Answer {
             url: url.to_string(),
-            detail: format!("no \"{key}\" in {}", truncate(&value.to_string(), 300)),
+            detail: format!(
+                "no \"{key}\" in {}",
+                sanitize_remote(&value.to_string(), 300)
+            ),
         })
+}
+
+/// The newest failure in a `/jobs/:id/exceptions` answer, first line (it becomes the run's
+/// failure in status).
+fn latest_failure(answer: &Value) -> Option<String> {
+    answer
+        .pointer("/exceptionHistory/entries/0/stacktrace")
+        .or_else(|| answer.get("root-exception"))
+        .and_then(Value::as_str)
+        .map(first_line)
+}
+
+/// The first line of a stack trace (the exception and its message), fit to quote.
+fn first_line(trace: &str) -> String {
+    sanitize_remote(trace.lines().next().unwrap_or_default(), QUOTE_CHARS)
 }
 
 /// Flink's error body is `{"errors":["…", "<stack trace>"]}`: keep the first lines.
@@ -380,14 +449,7 @@ fn errors_of(body: &str) -> String {
                 .join("; ")
         })
     });
-    truncate(&first.unwrap_or_else(|| body.to_string()), 500)
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
-    }
+    sanitize_remote(first.as_deref().unwrap_or(body), QUOTE_CHARS)
 }
 
 #[cfg(test)]
@@ -428,5 +490,47 @@ mod tests {
             errors_of(r#"{"errors":["Job not found\n at x", "trace"]}"#),
             "Job not found; trace"
         );
+    }
+
+    /// What a JobManager says about failures reaches status and events: one line, no escapes,
+    /// capped, however it was sent.
+    #[test]
+    fn remote_failure_text_is_sanitised_and_capped() {
+        let hostile = format!(
+            "\u{1b}[2J\u{1b}]0;owned\u{7}java.lang.Exception:\tboom\u{0}\u{202e} {}\nat x",
+            "y".repeat(10_000)
+        );
+        let clean = |text: &str| {
+            assert!(text.chars().count() <= QUOTE_CHARS, "{} chars", text.len());
+            assert!(text.starts_with("java.lang.Exception: boom y"), "{text}");
+            assert!(text.ends_with('…'), "{text}");
+            assert!(!text.contains(|c: char| c.is_control() || c == '\u{202e}'));
+        };
+        let failed = json!({"status":{"id":"COMPLETED"},"operation":{"failure-cause":{"stack-trace": hostile}}});
+        match operation(&failed, "u").unwrap() {
+            Operation::Failed(text) => clean(&text),
+            other => panic!("{other:?}"),
+        }
+        let no_trace =
+            json!({"status":{"id":"COMPLETED"},"operation":{"failure-cause":{"class": hostile}}});
+        match operation(&no_trace, "u").unwrap() {
+            Operation::Failed(text) => assert!(text.chars().count() <= QUOTE_CHARS, "{text}"),
+            other => panic!("{other:?}"),
+        }
+        let history = json!({"exceptionHistory":{"entries":[{"stacktrace": hostile}]}});
+        clean(&latest_failure(&history).unwrap());
+        let legacy = json!({"root-exception": hostile});
+        clean(&latest_failure(&legacy).unwrap());
+        assert_eq!(
+            latest_failure(&json!({"exceptionHistory":{"entries":[]}})),
+            None
+        );
+        let body = json!({ "errors": [hostile, "trace"] }).to_string();
+        let quoted = errors_of(&body);
+        assert!(quoted.chars().count() <= QUOTE_CHARS, "{quoted}");
+        assert!(!quoted.contains(|c: char| c.is_control()), "{quoted}");
+        let unexpected = string_at(&json!({ "x": hostile }), "request-id", "u").unwrap_err();
+        assert!(unexpected.to_string().chars().count() < 400, "{unexpected}");
+        assert!(!unexpected.to_string().contains('\u{1b}'), "{unexpected}");
     }
 }
