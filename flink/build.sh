@@ -9,27 +9,33 @@
 # the check pod's init container copies from the flink-checker image), and the test
 # job alone in <flink folder>/testjob-usrlib/ and, without its AuditTally class, in
 # testjob-v2-usrlib/ (the usrlib/ of the test job's "images" in the
-# process kubelet); skipped when the sources are unchanged (their hash is kept in
+# process kubelet), and the tests' file system plugin (flink/testplugin: a scheme only a plugin
+# provides) in <flink folder>/plugins/streamjob-plugin/, where flink-check finds it as in an image
+# with plugins; skipped when the sources are unchanged (their hash is kept in
 # <flink folder>/.sources-sha256).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dir="${1:?usage: build.sh <flink folder with lib/>}"
 test -f "$dir/lib/.complete" || { echo "build.sh: $dir/lib holds no complete Flink jar set" >&2; exit 1; }
-sources=$(cd "$here" && find checker testjob -name '*.java' | LC_ALL=C sort; echo checker/bin/flink-check)
+sources=$(cd "$here" && find checker testjob testplugin -type f \( -name '*.java' -o -path '*/src/main/resources/*' \) \
+  | LC_ALL=C sort; echo checker/bin/flink-check)
 sha=$( (cd "$here" && cat build.sh $sources) | sha256sum | cut -d' ' -f1)
 if [ -f "$dir/.sources-sha256" ] && [ "$(cat "$dir/.sources-sha256")" = "$sha" ] \
     && [ -f "$dir/checker/streamjob-flink-checker.jar" ] && [ -f "$dir/testjob-usrlib/streamjob-flink-testjob.jar" ] \
-    && [ -f "$dir/testjob-v2-usrlib/streamjob-flink-testjob.jar" ]; then
+    && [ -f "$dir/testjob-v2-usrlib/streamjob-flink-testjob.jar" ] \
+    && [ -f "$dir/plugins/streamjob-plugin/streamjob-flink-testplugin.jar" ]; then
   exit 0
 fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-for part in checker testjob; do
+for part in checker testjob testplugin; do
   mkdir -p "$work/$part"
   # --release 17: the jars run on the Java 17 the Flink JVMs use
   (cd "$here" && javac -nowarn --release 17 -cp "$dir/lib/*" -d "$work/$part" $(find "$part" -name '*.java')) 2>&1 \
     | grep -v '^Note: ' >&2 || true
   test -n "$(find "$work/$part" -name '*.class' -print -quit)" || { echo "build.sh: compiling $part failed" >&2; exit 1; }
+  # service registrations (a plugin's file system factory is found through them)
+  if [ -d "$here/$part/src/main/resources" ]; then cp -R "$here/$part/src/main/resources/." "$work/$part/"; fi
   jar cf "$dir/streamjob-flink-$part.jar.tmp" -C "$work/$part" .
   mv "$dir/streamjob-flink-$part.jar.tmp" "$dir/streamjob-flink-$part.jar"
 done
@@ -48,4 +54,8 @@ rm -f "$work/testjob/dev/streamjob/flink/testjob/AuditTally.class"
 rm -rf "$dir/testjob-v2-usrlib"
 mkdir -p "$dir/testjob-v2-usrlib"
 jar cf "$dir/testjob-v2-usrlib/streamjob-flink-testjob.jar" -C "$work/testjob" .
+# Flink loads each plugin from its own folder under plugins/, in a class loader of its own.
+rm -rf "$dir/plugins/streamjob-plugin"
+mkdir -p "$dir/plugins/streamjob-plugin"
+mv "$dir/streamjob-flink-testplugin.jar" "$dir/plugins/streamjob-plugin/"
 echo "$sha" >"$dir/.sources-sha256"

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use streamjob_operator::engine::flink::conf::{LOG_CONFIG, LOG_CONFIG_KEY};
 use streamjob_operator::engine::flink::precheck::{
     CHECKER_MAIN, CheckRequest, JAVA_17_OPTIONS, Verdict, parse_verdict,
 };
@@ -35,6 +36,9 @@ pub const VERSIONS: &[&str] = &["1.20.0", "2.3.0"];
 pub const TEST_JOB_IMAGE: &str = "streamjob/flink-testjob";
 /// The test job's next image, whose `AuditTally` state class was deleted (`flink/build.sh`).
 pub const TEST_JOB_V2_IMAGE: &str = "streamjob/flink-testjob-v2";
+/// The scheme only the tests' file system plugin provides (`flink/testplugin`: the local file
+/// system), a stand-in for an object store's plugin.
+pub const PLUGIN_SCHEME: &str = "streamjob-plugin";
 
 /// Process-kubelet mappings of `streamjob/flink-testjob:<version>` (Flink of that version with
 /// the test job in `usrlib/`, playing the official image's entrypoint) for every installed
@@ -226,12 +230,28 @@ impl FlinkDist {
         self.dir.join("streamjob-flink-testjob.jar")
     }
 
-    /// Runs the pre-check with this version's jars (as the check pod does); returns its verdict
-    /// and how long it took.
+    /// Flink's plugins folder of this version: the tests' file system plugin (`flink/testplugin`,
+    /// scheme [`PLUGIN_SCHEME`]), as an image's `/opt/flink/plugins` holds the object stores'.
+    pub fn plugins(&self) -> PathBuf {
+        self.dir.join("plugins")
+    }
+
+    /// Runs the pre-check with this version's jars and plugins (as the check pod does); returns
+    /// its verdict and how long it took.
     pub fn check(&self, request: &CheckRequest) -> Result<(Verdict, Duration)> {
+        self.check_with_plugins(request, &self.plugins())
+    }
+
+    /// [`check`](Self::check) with Flink's plugins folder at `plugins`.
+    pub fn check_with_plugins(
+        &self,
+        request: &CheckRequest,
+        plugins: &Path,
+    ) -> Result<(Verdict, Duration)> {
         let started = Instant::now();
         let mut cmd = Command::new(java());
-        cmd.args(JAVA_17_OPTIONS)
+        cmd.env("FLINK_PLUGINS_DIR", plugins)
+            .args(JAVA_17_OPTIONS)
             .arg("-Xmx512m")
             .arg("-cp")
             .arg(format!(
@@ -255,6 +275,79 @@ impl FlinkDist {
             ))
         })?;
         Ok((verdict, started.elapsed()))
+    }
+
+    /// Runs `flink-check --dispose` from this version's checker folder, as the dispose pod does
+    /// (the test job's image: its jar in usrlib), with `args` (`--savepoints-dir D … -- PATH…`);
+    /// the termination message goes to `scratch`.
+    pub fn dispose(&self, args: &[&str], scratch: &Path) -> Result<Disposal> {
+        let message = scratch.join("dispose-termination-log");
+        let _ = std::fs::remove_file(&message);
+        let mut cmd = Command::new(self.dir.join("checker/flink-check"));
+        cmd.arg("--dispose")
+            .args(args)
+            .env("FLINK_HOME", &self.dir)
+            .env("FLINK_USRLIB", self.dir.join("testjob-usrlib"))
+            .env("STREAMJOB_TERMINATION_MESSAGE_PATH", &message)
+            .env("STREAMJOB_JAVA", java());
+        let out = cmd.output().ctx(|| format!("run {cmd:?}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .ok_or_else(|| {
+                Error::Other(format!(
+                    "flink-check --dispose printed no JSON line (exit {:?}); stderr: {}",
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            })?;
+        Ok(Disposal {
+            code: out.status.code(),
+            result: serde_json::from_str(line)
+                .map_err(|e| Error::Other(format!("dispose answer {line:?}: {e}")))?,
+            termination_message: std::fs::read_to_string(&message).unwrap_or_default(),
+        })
+    }
+}
+
+/// What `flink-check --dispose` answered.
+#[derive(Debug)]
+pub struct Disposal {
+    /// 0 every path disposed or missing, 3 one refused, 1 one could not be deleted, 2 usage.
+    pub code: Option<i32>,
+    /// `{"refused":[{"path","reason"}],"failed":[…],"disposed":[…],"missing":[…]}`
+    pub result: serde_json::Value,
+    /// What the dispose pod's container would leave for the operator.
+    pub termination_message: String,
+}
+
+impl Disposal {
+    /// The paths listed under `key` (`disposed`, `missing`; for `refused` and `failed`, their
+    /// paths).
+    pub fn paths(&self, key: &str) -> Vec<String> {
+        self.entries(key)
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect()
+    }
+
+    /// `(path, reason)` of each entry under `key` (reason empty for `disposed` and `missing`).
+    pub fn entries(&self, key: &str) -> Vec<(String, String)> {
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        self.result[key]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .map(|i| match i.get("path") {
+                        Some(p) => (text(p), text(&i["reason"])),
+                        None => (text(i), String::new()),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -323,6 +416,10 @@ impl FlinkCluster {
                 spec.slots_per_task_manager.to_string(),
             ),
             ("parallelism.default".into(), spec.parallelism.to_string()),
+            // Flink reads only this folder (no image defaults under FLINK_CONF_DIR), and
+            // BashJavaUtils refuses to size a process without them: the official image's sizes.
+            ("jobmanager.memory.process.size".into(), "1600m".into()),
+            ("taskmanager.memory.process.size".into(), "1728m".into()),
             // The operator stops with a savepoint and keeps the JobManager up to read it.
             (
                 "execution.shutdown-on-application-finish".into(),
@@ -330,10 +427,17 @@ impl FlinkCluster {
             ),
         ];
         conf.extend(spec.conf.iter().cloned());
-        let properties: String = conf
+        // A configuration folder, as the operator mounts one (FLINK_CONF_DIR): Flink's YAML
+        // parser reads the values exactly (FLINK_PROPERTIES would mangle quoted values).
+        let conf_dir = home.join("conf");
+        std::fs::create_dir_all(&conf_dir).ctx(|| format!("create {}", conf_dir.display()))?;
+        let yaml: String = conf
             .iter()
-            .map(|(k, v)| format!("{k}: \"{v}\"\n"))
+            .map(|(k, v)| format!("{k}: {}\n", serde_json::Value::from(v.as_str())))
             .collect();
+        std::fs::write(conf_dir.join("config.yaml"), yaml).ctx(|| "write config.yaml".into())?;
+        std::fs::write(conf_dir.join(LOG_CONFIG_KEY), LOG_CONFIG)
+            .ctx(|| "write log4j-console.properties".into())?;
         let entrypoint = repo_root().join("e2e/scripts/flink-entrypoint.sh");
         let role = |folder: &str| -> Result<Command> {
             let dir = home.join(folder);
@@ -341,7 +445,7 @@ impl FlinkCluster {
             let mut cmd = Command::new(&entrypoint);
             cmd.env("FLINK_HOME", &dist.dir)
                 .env("FLINK_USRLIB", &usrlib)
-                .env("FLINK_PROPERTIES", &properties)
+                .env("FLINK_CONF_DIR", &conf_dir)
                 .env("POD_IP", "127.0.0.1")
                 .current_dir(dir);
             Ok(cmd)

@@ -12,15 +12,22 @@
 //! exactly 1..=n: state carried across the savepoint and the rescale, nothing lost, nothing
 //! duplicated. Across versions: a 2.3 savepoint for a 1.20 target is refused, and a 1.20
 //! savepoint with pending sink commits for a 2.3 target is refused (that restore fails).
+//!
+//! Issue #33: `flink-check --dispose` (the dispose pod) deletes a real savepoint inside the job's
+//! savepoints directory and refuses, leaving it untouched, anything else: a directory without
+//! `_metadata`, a real savepoint outside that directory (also when reached through `..`), the
+//! directory itself, and a savepoint whose format the running Flink cannot read. The pre-check
+//! reads the savepoint through a scheme only a Flink file system plugin provides (the tests'
+//! plugin, `flink/testplugin`, standing in for an object store's).
 
 #![allow(clippy::unwrap_used)] // test code
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use streamjob_e2e::flink::{
-    ApplicationSpec, FlinkCluster, FlinkDist, JOB_ID, TEST_JOB_CLASS, check_counting_output,
-    counting_job_args,
+    ApplicationSpec, FlinkCluster, FlinkDist, JOB_ID, PLUGIN_SCHEME, TEST_JOB_CLASS,
+    check_counting_output, counting_job_args,
 };
 use streamjob_e2e::process::Watchdog;
 use streamjob_e2e::wait::poll_until;
@@ -51,8 +58,8 @@ fn conf(dir: &Path) -> Vec<(String, String)> {
     ]
 }
 
-fn check(dist: &FlinkDist, savepoint: &str, args: Vec<String>, allow: bool) -> Verdict {
-    let request = CheckRequest {
+fn request(dist: &FlinkDist, savepoint: &str, args: Vec<String>, allow: bool) -> CheckRequest {
+    CheckRequest {
         savepoint: savepoint.to_string(),
         jar: dist.test_job_jar().display().to_string(),
         entry_class: Some(TEST_JOB_CLASS.to_string()),
@@ -60,8 +67,11 @@ fn check(dist: &FlinkDist, savepoint: &str, args: Vec<String>, allow: bool) -> V
         parallelism: 3,
         allow_non_restored_state: allow,
         conf: vec![],
-    };
-    let (verdict, took) = dist.check(&request).unwrap();
+    }
+}
+
+fn check(dist: &FlinkDist, savepoint: &str, args: Vec<String>, allow: bool) -> Verdict {
+    let (verdict, took) = dist.check(&request(dist, savepoint, args, allow)).unwrap();
     eprintln!(
         "pre-check on Flink {} took {:.1} s: {} {:?}",
         dist.version,
@@ -224,6 +234,25 @@ async fn savepoint_precheck_upgrade(dist: &FlinkDist, format_version: u32) -> Sc
         "{running_uids:?}"
     );
 
+    // Issue #33: the same savepoint through a scheme only a Flink plugin provides, as s3:// is
+    // on an object store: the checker loads Flink's plugins folder (and without it, Flink knows
+    // no such scheme: every upgrade of a job on an object store was blocked).
+    let through_plugin = format!("{PLUGIN_SCHEME}://{}", local(&sp1).display());
+    let via_plugin = check(dist, &through_plugin, job_args(&out, "2", &[]), false);
+    assert_eq!(via_plugin.verdict, "compatible", "{via_plugin:?}");
+    assert_eq!(via_plugin.format_version, Some(format_version));
+    let (no_plugins, _) = dist
+        .check_with_plugins(
+            &request(dist, &through_plugin, job_args(&out, "2", &[]), false),
+            &dir.path().join("no-plugins"),
+        )
+        .unwrap();
+    let why = no_plugins.message.unwrap_or_default();
+    assert!(
+        no_plugins.verdict == "error" && why.contains("UnsupportedFileSystemSchemeException"),
+        "{why}"
+    );
+
     let renamed = check(
         dist,
         &sp1,
@@ -377,6 +406,7 @@ async fn flink_1_20_savepoint_precheck_upgrade_exactly_once() {
     );
     assert_eq!(upgrade.problems.len(), 1, "{upgrade:?}");
     assert_eq!(upgrade.problems[0].kind, "sink-committer-across-majors");
+    dispose_only_the_jobs_savepoints(&v1_20, scenario.dir.path(), &scenario.savepoint);
     std::fs::remove_dir_all(scenario.dir.path()).unwrap();
 }
 
@@ -408,7 +438,153 @@ async fn flink_2_3_savepoint_precheck_upgrade_exactly_once() {
             .starts_with("operator uid \"counter\""),
         "{renamed:?}"
     );
+    // 1.20 cannot read a 2.3 savepoint's _metadata: not shown to be a savepoint, so not deleted.
+    let (savepoints, checkpoints) = job_dirs(scenario.dir.path());
+    let unreadable = v1_20
+        .dispose(
+            &dispose_args(&savepoints, &checkpoints, &[&scenario.savepoint]),
+            scenario.dir.path(),
+        )
+        .unwrap();
+    assert_eq!(unreadable.code, Some(3), "{unreadable:?}");
+    let reason = &unreadable.entries("refused")[0].1;
+    assert!(
+        reason.contains("Flink 1.20.0") && reason.contains("format version 6"),
+        "{reason}"
+    );
+    assert!(local(&scenario.savepoint).join("_metadata").is_file());
+    dispose_only_the_jobs_savepoints(&v2_3, scenario.dir.path(), &scenario.savepoint);
     std::fs::remove_dir_all(scenario.dir.path()).unwrap();
+}
+
+/// The job's savepoints and checkpoints directories under `dir`, as a spec names them.
+fn job_dirs(dir: &Path) -> (String, String) {
+    (
+        format!("file://{}/savepoints", dir.display()),
+        format!("file://{}/checkpoints", dir.display()),
+    )
+}
+
+/// The dispose pod's arguments (`operator/src/engine/flink/plan.rs` `dispose_pod`).
+fn dispose_args<'a>(savepoints: &'a str, checkpoints: &'a str, paths: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--savepoints-dir",
+        savepoints,
+        "--checkpoints-dir",
+        checkpoints,
+        "--",
+    ];
+    args.extend(paths);
+    args
+}
+
+/// The local file of a `file:` path as Flink writes them (`file:/tmp/…`).
+fn local(path: &str) -> PathBuf {
+    PathBuf::from(
+        path.strip_prefix("file://")
+            .or_else(|| path.strip_prefix("file:"))
+            .unwrap_or(path),
+    )
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// Issue #33: the dispose pod's checker deletes `savepoint` (a savepoint the job wrote into
+/// `<dir>/savepoints`) and refuses every path that is not a savepoint inside that directory,
+/// leaving it as it was; a second disposal finds the savepoint missing and succeeds.
+fn dispose_only_the_jobs_savepoints(dist: &FlinkDist, dir: &Path, savepoint: &str) {
+    let (savepoints, checkpoints) = job_dirs(dir);
+    let name = local(savepoint).file_name().unwrap().to_owned();
+
+    // A directory in the savepoints directory that is not a savepoint.
+    let stranger = dir.join("savepoints/not-a-savepoint");
+    std::fs::create_dir_all(&stranger).unwrap();
+    std::fs::write(stranger.join("keep.txt"), "not a savepoint").unwrap();
+    // A real savepoint of the same job, but outside the given directories.
+    let outside = dir.join("elsewhere").join(&name);
+    copy_dir(&local(savepoint), &outside);
+    let stranger_path = format!("file://{}", stranger.display());
+    let outside_path = format!("file://{}", outside.display());
+    let escaping = format!("{savepoints}/../elsewhere/{}", name.to_string_lossy());
+    let refusals = dist
+        .dispose(
+            &dispose_args(
+                &savepoints,
+                &checkpoints,
+                &[&stranger_path, &outside_path, &escaping, &savepoints],
+            ),
+            dir,
+        )
+        .unwrap();
+    eprintln!("dispose on Flink {}: {}", dist.version, refusals.result);
+    assert_eq!(refusals.code, Some(3), "{refusals:?}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&refusals.termination_message).ok(),
+        Some(refusals.result.clone()),
+        "the operator reads the same answer from the termination message"
+    );
+    let refused = refusals.entries("refused");
+    assert_eq!(
+        refused.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
+        [
+            stranger_path.as_str(),
+            &outside_path,
+            &escaping,
+            &savepoints
+        ],
+        "{refusals:?}"
+    );
+    assert!(
+        refused[0].1 == "not a savepoint: no _metadata in this directory",
+        "{refused:?}"
+    );
+    assert!(
+        refused[3]
+            .1
+            .ends_with("is the job's directory itself, not a savepoint in it"),
+        "{refused:?}"
+    );
+    for (_, reason) in &refused[1..3] {
+        assert!(
+            reason.starts_with("not a savepoint of this job: ")
+                && reason.ends_with(&format!(" is not inside {savepoints} or {checkpoints}")),
+            "{reason}"
+        );
+    }
+    assert!(refusals.paths("disposed").is_empty(), "{refusals:?}");
+    assert!(
+        stranger.join("keep.txt").is_file(),
+        "a refused path is left as it was"
+    );
+    assert!(
+        outside.join("_metadata").is_file(),
+        "a refused path is left as it was"
+    );
+
+    // The job's own savepoint, given as Flink reported it (`file:/…`): deleted.
+    let disposal = dist
+        .dispose(&dispose_args(&savepoints, &checkpoints, &[savepoint]), dir)
+        .unwrap();
+    assert_eq!(disposal.code, Some(0), "{disposal:?}");
+    assert_eq!(disposal.paths("disposed"), [savepoint], "{disposal:?}");
+    assert!(!local(savepoint).exists(), "{savepoint} was disposed");
+    assert!(stranger.join("keep.txt").is_file());
+    // Again (an operator retrying after a restart): nothing there, nothing refused.
+    let again = dist
+        .dispose(&dispose_args(&savepoints, &checkpoints, &[savepoint]), dir)
+        .unwrap();
+    assert_eq!(again.code, Some(0), "{again:?}");
+    assert_eq!(again.paths("missing"), [savepoint], "{again:?}");
 }
 
 struct Dir(std::path::PathBuf);

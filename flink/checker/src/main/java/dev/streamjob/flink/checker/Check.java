@@ -5,14 +5,12 @@ import org.apache.flink.client.FlinkPipelineTranslationUtil;
 import org.apache.flink.client.program.PackagedProgram;
 import org.apache.flink.client.program.PackagedProgramUtils;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.core.fs.FSDataInputStream;
 import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.core.fs.Path;
 import org.apache.flink.runtime.OperatorIDPair;
 import org.apache.flink.runtime.checkpoint.OperatorState;
 import org.apache.flink.runtime.checkpoint.OperatorSubtaskState;
 import org.apache.flink.runtime.checkpoint.metadata.CheckpointMetadata;
-import org.apache.flink.runtime.checkpoint.metadata.MetadataSerializers;
 import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.jobgraph.JobVertex;
 import org.apache.flink.runtime.jobgraph.OperatorID;
@@ -22,7 +20,6 @@ import org.apache.flink.streaming.api.graph.StreamGraph;
 import org.apache.flink.streaming.api.graph.StreamGraphHasherV2;
 import org.apache.flink.streaming.api.graph.StreamNode;
 
-import java.io.DataInputStream;
 import java.io.File;
 import java.io.PrintStream;
 import java.lang.reflect.Method;
@@ -48,8 +45,6 @@ import java.util.Optional;
  * savepoint, main() threw): the operator treats that as "not shown compatible".
  */
 public final class Check {
-    static final int MAGIC = 0x4960672d;
-
     public static void main(String[] argv) {
         // The user's main() may print to stdout: keep it off the verdict line.
         PrintStream verdictOut = System.out;
@@ -103,12 +98,14 @@ public final class Check {
 
     static Verdict check(Args args) throws Exception {
         Verdict verdict = new Verdict(EnvironmentInformation.getVersion(), args.savepoint);
+        // The job's savepoints may be on an object store its image reaches through a plugin.
+        Storage.initializeFileSystems();
 
         // 1. The format version, read with the target version's own table of serializers.
-        verdict.formatVersion = readFormatVersion(args.savepoint);
-        try {
-            MetadataSerializers.getSerializer(verdict.formatVersion);
-        } catch (IllegalArgumentException e) {
+        Path savepoint = new Path(args.savepoint);
+        FileSystem fs = savepoint.getFileSystem();
+        verdict.formatVersion = Storage.formatVersion(fs, Storage.metadataFile(fs, savepoint));
+        if (!Storage.readable(verdict.formatVersion)) {
             verdict.problem(null, null, "format-version",
                     "savepoint format version " + verdict.formatVersion + " cannot be read by Flink "
                             + verdict.flinkVersion + " (savepoints restore forward only: it was written by a newer Flink)");
@@ -265,22 +262,6 @@ public final class Check {
             // 1.x: no uid in the savepoint
         }
         return null;
-    }
-
-    static int readFormatVersion(String savepoint) throws Exception {
-        Path path = new Path(savepoint);
-        FileSystem fs = path.getFileSystem();
-        if (fs.getFileStatus(path).isDir()) {
-            path = new Path(path, "_metadata");
-        }
-        try (FSDataInputStream in = fs.open(path); DataInputStream data = new DataInputStream(in)) {
-            int magic = data.readInt();
-            if (magic != MAGIC) {
-                throw new IllegalStateException(path + " is not a savepoint's _metadata (magic "
-                        + Integer.toHexString(magic) + ", expected " + Integer.toHexString(MAGIC) + ")");
-            }
-            return data.readInt();
-        }
     }
 
     static String describe(Throwable e) {
