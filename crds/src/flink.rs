@@ -44,10 +44,15 @@ pub struct FlinkSpec {
     #[serde(default)]
     pub task_manager: FlinkTaskManagerSpec,
 
-    /// Flink configuration (`config.yaml` keys). Keys the operator owns (addresses, ports,
-    /// checkpoint and savepoint directories, parallelism, memory, restore settings) are refused
-    /// naming the spec field to use.
+    /// Flink configuration (`config.yaml` keys, written as `a.b.c`). Keys the operator owns
+    /// (addresses, ports, checkpoint and savepoint directories, parallelism, memory, restore
+    /// settings) are refused naming the spec field to use. Values may hold any text: they reach
+    /// Flink exactly as written.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.all(k, k.matches('^[A-Za-z0-9][A-Za-z0-9._-]*$'))",
+        "message": "spec.flink.flinkConfiguration: keys are Flink option names: letters, digits, '.', '_' and '-' (no blanks, quotes, ':' or line breaks)"
+    }]))]
     pub flink_configuration: BTreeMap<String, String>,
 }
 
@@ -63,10 +68,15 @@ pub struct FlinkJobSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
 
-    /// Restore a savepoint even if some of its state belongs to no operator of the new job (that
-    /// state is dropped; the pre-check lists it).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub allow_non_restored_state: bool,
+    /// Moved: use spec.upgrade.allowNonRestoredState (one field for both engines). Kept in the
+    /// schema so a manifest that still sets it is refused with that message instead of the API
+    /// server dropping it silently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "false",
+        "message": "spec.flink.job.allowNonRestoredState moved to spec.upgrade.allowNonRestoredState (one field for both engines)"
+    }]))]
+    pub allow_non_restored_state: Option<bool>,
 }
 
 /// Memory and CPU of one Flink pod.
@@ -183,6 +193,9 @@ impl FlinkSpec {
             }
             Some(_) => {}
         }
+        if self.job.allow_non_restored_state.is_some() {
+            out.push("spec.flink.job.allowNonRestoredState moved to spec.upgrade.allowNonRestoredState (one field for both engines)".into());
+        }
         if self.job.entry_class.trim().is_empty() {
             out.push("spec.flink.job.entryClass: must not be empty: name the class whose main() builds the job".into());
         }
@@ -232,12 +245,33 @@ impl FlinkSpec {
             ));
         }
         out.extend(
+            self.flink_configuration
+                .keys()
+                .filter(|k| !is_option_name(k))
+                .map(|k| {
+                    format!(
+                        "spec.flink.flinkConfiguration[{k:?}]: not a Flink option name: use letters, digits, '.', '_' and '-' (no blanks, quotes, ':' or line breaks)"
+                    )
+                }),
+        );
+        out.extend(
             owned_keys(&self.flink_configuration)
                 .iter()
                 .map(|k| format!("spec.flink.{k}")),
         );
         out
     }
+}
+
+/// A key Flink's configuration can hold as written: no character that could end the key, start
+/// another line or be read differently by YAML (the CEL rule on the field says the same).
+pub fn is_option_name(key: &str) -> bool {
+    key.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 /// Keys (or key prefixes ending in `.`) the operator sets, with what to use instead.
@@ -265,7 +299,15 @@ const OWNED: &[(&str, &str)] = &[
     ),
     (
         "blob.server.port",
-        "set by the operator (the internal Service)",
+        "set by the operator (the job's NetworkPolicy admits it)",
+    ),
+    (
+        "taskmanager.rpc.port",
+        "set by the operator (the job's NetworkPolicy admits it)",
+    ),
+    (
+        "taskmanager.data.port",
+        "set by the operator (the job's NetworkPolicy admits it)",
     ),
     (
         "taskmanager.numberOfTaskSlots",
@@ -297,11 +339,11 @@ const OWNED: &[(&str, &str)] = &[
     ),
     (
         "execution.savepoint.ignore-unclaimed-state",
-        "use spec.flink.job.allowNonRestoredState",
+        "use spec.upgrade.allowNonRestoredState",
     ),
     (
         "execution.state-recovery.ignore-unclaimed-state",
-        "use spec.flink.job.allowNonRestoredState",
+        "use spec.upgrade.allowNonRestoredState",
     ),
     (
         "execution.shutdown-on-application-finish",
@@ -337,6 +379,10 @@ const OWNED: &[(&str, &str)] = &[
         "set by the operator (checkpoints are kept for last-state upgrades)",
     ),
     ("$internal.", "Flink-internal"),
+    (
+        "metrics.reporter.prom.",
+        "set by the operator (Prometheus on the port named metrics, 9249, which the chart's PodMonitor scrapes); add other reporters under another name",
+    ),
     (
         "kubernetes.",
         "the operator creates the cluster's Kubernetes objects (Flink's native Kubernetes mode is not used)",
@@ -474,6 +520,44 @@ mod tests {
                 .iter()
                 .any(|r| r.contains("\" parallelism.default\"")
                     && r.ends_with("use spec.parallelism"))
+        );
+    }
+
+    #[test]
+    fn keys_that_could_smuggle_a_line_are_refused_naming_the_key() {
+        for bad in [
+            "a\nstate.savepoints.dir",
+            "x: y",
+            "\"quoted\"",
+            " parallelism.default",
+            "a#b",
+            "",
+            "-leading",
+        ] {
+            assert!(!is_option_name(bad), "{bad:?}");
+        }
+        for good in [
+            "state.backend.type",
+            "fs.s3a.connection.maximum",
+            "env.java.opts.taskmanager",
+            "metrics.reporter.prom_1.port",
+        ] {
+            assert!(is_option_name(good), "{good:?}");
+        }
+        use crate::v1alpha1::StreamJob;
+        let mut job =
+            StreamJob::from_yaml_strict(include_str!("../../examples/flink-counting.yaml"))
+                .unwrap();
+        job.spec
+            .flink
+            .as_mut()
+            .unwrap()
+            .flink_configuration
+            .insert("a\nstate.savepoints.dir".into(), "file:///elsewhere".into());
+        let e = job.spec.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("spec.flink.flinkConfiguration[\"a\\nstate.savepoints.dir\"]: not a Flink option name"),
+            "{e}"
         );
     }
 }

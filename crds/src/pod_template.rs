@@ -1,4 +1,4 @@
-//! `spec.podTemplate`: what users merge into the runtime pods.
+//! `spec.podTemplate`: what users merge into every pod of a job (either engine).
 //!
 //! The full Kubernetes `PodTemplateSpec` schema is about 340 KB of JSON, which made the CRD too big
 //! for a client-side `kubectl apply` (its last-applied annotation is capped at 256 KiB) and for

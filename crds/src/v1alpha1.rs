@@ -51,20 +51,20 @@ pub const KIND: &str = "StreamJob";
         "message": "spec.engine flink needs spec.flink and no spec.pipeline (the pipeline is the Flink job's code); the runtime engine needs spec.pipeline and no spec.flink"
     },
     {
+        "rule": "(has(self.engine) ? self.engine : 'runtime') == (has(oldSelf.engine) ? oldSelf.engine : 'runtime')",
+        "message": "spec.engine is immutable (absent means runtime): a job's state belongs to its engine; create a new StreamJob to change it"
+    },
+    {
         "rule": "!has(self.engine) || self.engine != 'flink' || !has(self.upgrade) || !has(self.upgrade.strategy) || self.upgrade.strategy == 'InPlace'",
         "message": "spec.upgrade.strategy: Flink jobs upgrade InPlace (a warm Shadow copy needs our runtime's standby mode)"
     }
 ]))]
 pub struct StreamJobSpec {
     /// What runs the job: `runtime` (ours, the default) or `flink` (an Apache Flink standalone
-    /// application cluster per version, see spec.flink).
+    /// application cluster per version, see spec.flink). Immutable; absent means `runtime`, so
+    /// adding or removing the field switches nothing (a rule on the spec, where `oldSelf` sees
+    /// an absent field too; a rule on the field runs only when both sides have it).
     #[serde(default, skip_serializing_if = "EngineKind::is_runtime")]
-    #[schemars(extend("x-kubernetes-validations" = [
-        {
-            "rule": "self == oldSelf",
-            "message": "spec.engine is immutable: a job's state belongs to its engine; create a new StreamJob to change it"
-        }
-    ]))]
     pub engine: EngineKind,
 
     /// The Flink job, with `engine: flink`.
@@ -157,8 +157,10 @@ pub struct StreamJobSpec {
     ]))]
     pub pipeline: Vec<PipelineStep>,
 
-    /// Overrides merged into the runtime pods: resources, nodeSelector, tolerations, service
-    /// account, extra env and labels.
+    /// Overrides merged into every pod of the job (runtime and worker pods; Flink JobManager,
+    /// TaskManager, check and dispose pods): resources, nodeSelector, tolerations, service
+    /// account, extra env, volumes and labels. The template container named `runtime` (our
+    /// runtime) or `flink-main-container` (Flink) is merged into the operator's container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<crate::pod_template::PodTemplate>,
 }

@@ -9,9 +9,16 @@
 #   taskmanager [-D k=v]...
 #   /opt/streamjob/checker/flink-check [args]   (the savepoint pre-check, flink/checker/bin)
 #
-# Configuration comes, as with the official image, from $FLINK_PROPERTIES (YAML lines appended to
-# the config) and -D arguments; every pod binds to its own pod IP ($POD_IP), so several clusters
-# share this host. Runs the JVM in the foreground (exec), so the kubelet's signals reach it.
+# Configuration, as the official image's entrypoint and Flink's scripts find it:
+# - FLINK_CONF_DIR set (the operator mounts the version's ConfigMap there): Flink reads that
+#   folder as it is. Under the process kubelet a container path P is $STREAMJOB_ROOT/P.
+# - otherwise the image's own conf/config.yaml (the official image's defaults: every bind address
+#   0.0.0.0), to which each FLINK_PROPERTIES line is added the way the official entrypoint adds
+#   it: every blank removed, the key up to the first ':', the rest handed to Flink as a literal
+#   string (quotes kept) — so a value in quotes or with blanks arrives mangled, as on a cluster.
+# Every pod binds to its own pod IP ($POD_IP) through -D options below: under the process kubelet
+# several clusters share this host's ports. Runs the JVM in the foreground (exec), so the
+# kubelet's signals reach it.
 set -euo pipefail
 : "${FLINK_HOME:?FLINK_HOME (the Flink version folder with lib/) is not set by the image mapping}"
 role="${1:?usage: flink-entrypoint.sh standalone-job|jobmanager|taskmanager [args]}"
@@ -27,26 +34,35 @@ if [ -n "${FLINK_USRLIB:-}" ]; then
   mkdir -p "$home/usrlib"
   cp -R "$FLINK_USRLIB/." "$home/usrlib/"
 fi
-# The operator's configuration first; defaults only for keys it does not set (a YAML key twice
-# is an error).
-conf="$home/conf/config.yaml"
-printf '%s\n' "${FLINK_PROPERTIES:-}" >"$conf"
-default() {
-  grep -q "^$1:" "$conf" || echo "$1: $2" >>"$conf"
-}
-default jobmanager.memory.process.size 1024m
-default taskmanager.memory.process.size 1280m
-# JobManagers and TaskManagers of all pods share this host: a range for the query service.
-default metrics.internal.query-service.port 50100-50900
-default taskmanager.data.port 0
-if [ -n "${POD_IP:-}" ]; then
-  default jobmanager.bind-host "$POD_IP"
-  default taskmanager.bind-host "$POD_IP"
-  default taskmanager.host "$POD_IP"
-  default rest.bind-address "$POD_IP"
-  default rest.address "$POD_IP"
-fi
-cat >"$home/conf/log4j-console.properties" <<'LOG4J'
+
+if [ -n "${FLINK_CONF_DIR:-}" ]; then
+  conf_dir="${STREAMJOB_ROOT:-}$FLINK_CONF_DIR"
+else
+  conf_dir="$home/conf"
+  cat >"$conf_dir/config.yaml" <<'CONF'
+jobmanager.rpc.address: localhost
+jobmanager.rpc.port: 6123
+jobmanager.bind-host: 0.0.0.0
+jobmanager.memory.process.size: 1600m
+taskmanager.bind-host: 0.0.0.0
+taskmanager.memory.process.size: 1728m
+taskmanager.numberOfTaskSlots: 1
+parallelism.default: 1
+rest.address: 0.0.0.0
+rest.bind-address: 0.0.0.0
+CONF
+  # the official entrypoint's handling of FLINK_PROPERTIES, applied last (later keys win)
+  while IFS= read -r line; do
+    line="${line//[[:space:]]/}"
+    [ -n "$line" ] || continue
+    key="${line%%:*}"
+    value="${line#*:}"
+    [ "$key" != "$line" ] || value=""
+    # a literal string: quotes kept (YAML single-quoted, ' doubled)
+    sed -i "/^${key//./\\.}:/d" "$conf_dir/config.yaml"
+    printf "%s: '%s'\n" "$key" "${value//\'/\'\'}" >>"$conf_dir/config.yaml"
+  done <<<"${FLINK_PROPERTIES:-}"
+  cat >"$conf_dir/log4j-console.properties" <<'LOG4J'
 rootLogger.level = INFO
 rootLogger.appenderRef.console.ref = ConsoleAppender
 appender.console.name = ConsoleAppender
@@ -56,9 +72,20 @@ appender.console.layout.pattern = %d{HH:mm:ss,SSS} %-5p %-40c{1} - %m%n
 logger.pekko.name = org.apache.pekko
 logger.pekko.level = WARN
 LOG4J
+fi
 
 # -D arguments go to BashJavaUtils too (they may set memory); the rest are the entry point's.
+# Under the process kubelet every pod binds to its own loopback address and the JVMs of all pods
+# share this host's ports (a real pod has a network namespace of its own). Flink's Prometheus
+# reporter listens on every address, so here it takes the first free port of a range.
 dynamic=()
+if [ -n "${POD_IP:-}" ]; then
+  for kv in "jobmanager.bind-host=$POD_IP" "taskmanager.bind-host=$POD_IP" "taskmanager.host=$POD_IP" \
+    "rest.bind-address=$POD_IP" "rest.address=$POD_IP" "metrics.internal.query-service.port=50100-50900" \
+    "metrics.reporter.prom.port=9249-9299"; do
+    dynamic+=("-D" "$kv")
+  done
+fi
 rest=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -81,10 +108,15 @@ opens=(
   --add-opens=java.base/java.util.concurrent.locks=ALL-UNNAMED
 )
 params() { # GET_JM_RESOURCE_PARAMS | GET_TM_RESOURCE_PARAMS → two lines: JVM options, -D options
-  "$java" -cp "$cp" org.apache.flink.runtime.util.bash.BashJavaUtils "$1" -c "$home/conf" "${dynamic[@]}" \
+  "$java" -cp "$cp" org.apache.flink.runtime.util.bash.BashJavaUtils "$1" -c "$conf_dir" "${dynamic[@]}" \
     | sed -n 's/^BASH_JAVA_UTILS_EXEC_RESULT://p'
 }
-export FLINK_LIB_DIR="$home/lib" FLINK_CONF_DIR="$home/conf"
+# the image's plugins (/opt/flink/plugins: the metric reporters install.sh put there)
+export FLINK_LIB_DIR="$home/lib" FLINK_CONF_DIR="$conf_dir" FLINK_PLUGINS_DIR="$FLINK_HOME/plugins"
+case "$role" in
+  standalone-job|jobmanager|taskmanager)
+    [ -f "$conf_dir/config.yaml" ] || { echo "flink-entrypoint.sh: no config.yaml in the configuration folder $conf_dir" >&2; exit 1; } ;;
+esac
 case "$role" in
   standalone-job|jobmanager)
     mapfile -t p < <(params GET_JM_RESOURCE_PARAMS)
@@ -95,15 +127,15 @@ case "$role" in
       main=org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint
     fi
     # shellcheck disable=SC2086  # the JVM and -D options are word lists
-    exec "$java" ${p[0]} "${opens[@]}" -XX:+UseSerialGC -Dlog4j.configurationFile="$home/conf/log4j-console.properties" \
-      -cp "$cp" "$main" -c "$home/conf" ${p[1]} "${dynamic[@]}" "${rest[@]}"
+    exec "$java" ${p[0]} "${opens[@]}" -XX:+UseSerialGC -Dlog4j.configurationFile="$conf_dir/log4j-console.properties" \
+      -cp "$cp" "$main" -c "$conf_dir" ${p[1]} "${dynamic[@]}" "${rest[@]}"
     ;;
   taskmanager)
     mapfile -t p < <(params GET_TM_RESOURCE_PARAMS)
     [ "${#p[@]}" -eq 2 ] || { echo "flink-entrypoint.sh: BashJavaUtils printed no TaskManager options" >&2; exit 1; }
     # shellcheck disable=SC2086
-    exec "$java" ${p[0]} "${opens[@]}" -XX:+UseSerialGC -Dlog4j.configurationFile="$home/conf/log4j-console.properties" \
-      -cp "$cp" org.apache.flink.runtime.taskexecutor.TaskManagerRunner -c "$home/conf" ${p[1]} "${dynamic[@]}" "${rest[@]}"
+    exec "$java" ${p[0]} "${opens[@]}" -XX:+UseSerialGC -Dlog4j.configurationFile="$conf_dir/log4j-console.properties" \
+      -cp "$cp" org.apache.flink.runtime.taskexecutor.TaskManagerRunner -c "$conf_dir" ${p[1]} "${dynamic[@]}" "${rest[@]}"
     ;;
   /opt/streamjob/checker/*)
     # The official entrypoint runs any other command as given (`exec "$@"`); the check pod's init

@@ -232,6 +232,16 @@ for FLINK_VERSION in "${FLINK_VERSIONS[@]}"; do
       continue
     fi
   fi
+  # the Prometheus reporter, where every Flink distribution (and so the official image) has it:
+  # plugins/metrics-prometheus (the operator configures it)
+  PROM_PLUGIN="$FLINK_DIR/plugins/metrics-prometheus/flink-metrics-prometheus-$FLINK_VERSION.jar"
+  if [ ! -f "$PROM_PLUGIN" ]; then
+    if ! mvn -B -q dependency:copy -Dartifact="org.apache.flink:flink-metrics-prometheus:$FLINK_VERSION" \
+        -DoutputDirectory="$(dirname "$PROM_PLUGIN")" >>"$CACHE/logs/flink-$FLINK_VERSION.log" 2>&1; then
+      tail -n 30 "$CACHE/logs/flink-$FLINK_VERSION.log" >&2 || true
+      FAILED+=("flink-$FLINK_VERSION-metrics-prometheus")
+    fi
+  fi
   if ! bash "$ROOT/flink/build.sh" "$FLINK_DIR" 2>>"$CACHE/logs/flink-$FLINK_VERSION.log"; then
     tail -n 30 "$CACHE/logs/flink-$FLINK_VERSION.log" >&2 || true
     FAILED+=("flink-$FLINK_VERSION-checker")

@@ -1,7 +1,9 @@
 //! The per-job NetworkPolicy: who may open connections to a job's pods.
 //!
-//! A job's pods listen on the control API (the operator calls it), the worker registry and the
-//! data port (the job's own pods connect to each other) and the metrics port (Prometheus). The
+//! A job's pods listen on the control API (the operator calls it), the ports the job's own pods
+//! connect to each other on (our runtime: worker registry and data; Flink: JobManager RPC and
+//! blob server, TaskManager RPC and data, all fixed by the operator's configuration) and the
+//! metrics port (Prometheus). The
 //! policy admits exactly that and nothing else; egress is left open (stores, brokers, DNS are
 //! wherever the user's job needs them). It takes effect only where the cluster's network plugin
 //! enforces NetworkPolicies (Calico, Cilium, …); elsewhere it is inert.
@@ -62,9 +64,17 @@ fn match_labels(labels: BTreeMap<String, String>) -> LabelSelector {
     }
 }
 
-/// The policy for `owner`'s pods: the operator to the control port, the job's own pods to the
-/// worker registry and data ports, anyone to the metrics port.
-pub fn network_policy(owner: &Owner, operator: &OperatorPeer, control_port: u16) -> NetworkPolicy {
+/// The ports our runtime's pods connect to each other on.
+pub const RUNTIME_PEER_PORTS: [u16; 2] = [CLUSTER_PORT, DATA_PORT];
+
+/// The policy for `owner`'s pods: the operator to the control port, the job's own pods to
+/// `peer_ports` (the engine's), anyone to the metrics port.
+pub fn network_policy(
+    owner: &Owner,
+    operator: &OperatorPeer,
+    control_port: u16,
+    peer_ports: &[u16],
+) -> NetworkPolicy {
     let job_pods = BTreeMap::from([
         (LABEL_JOB.to_string(), job_label(&owner.name)),
         (LABEL_MANAGED.to_string(), MANAGER.to_string()),
@@ -96,7 +106,7 @@ pub fn network_policy(owner: &Owner, operator: &OperatorPeer, control_port: u16)
                 },
                 NetworkPolicyIngressRule {
                     from: Some(vec![own_pods]),
-                    ports: Some(vec![tcp(CLUSTER_PORT), tcp(DATA_PORT)]),
+                    ports: Some(peer_ports.iter().copied().map(tcp).collect()),
                 },
                 // Prometheus runs wherever the cluster's monitoring lives
                 NetworkPolicyIngressRule {
@@ -128,7 +138,7 @@ mod tests {
             )
             .unwrap(),
         };
-        let p = network_policy(&owner, &operator, 8081);
+        let p = network_policy(&owner, &operator, 8081, &RUNTIME_PEER_PORTS);
         let v = serde_json::to_value(&p).unwrap();
         assert_eq!(v["metadata"]["name"], "clicks-streamjob");
         assert_eq!(v["metadata"]["namespace"], "team");
@@ -164,6 +174,21 @@ mod tests {
         assert_eq!(ports, [6123, 6121]);
         assert!(rules[2].get("from").is_none(), "metrics from anywhere");
         assert_eq!(rules[2]["ports"][0]["port"], 9249);
+        // Flink: JobManager RPC and blob, TaskManager RPC and data
+        let flink = network_policy(
+            &owner,
+            &operator,
+            8081,
+            &crate::engine::flink::cluster::PEER_PORTS,
+        );
+        let v = serde_json::to_value(&flink).unwrap();
+        let ports: Vec<_> = v["spec"]["ingress"][1]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["port"].clone())
+            .collect();
+        assert_eq!(ports, [6123, 6124, 6122, 6121]);
     }
 
     #[test]

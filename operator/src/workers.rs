@@ -54,6 +54,9 @@ pub struct WorkerObs {
     pub coordinator: String,
     pub coordinator_uid: String,
     pub terminating: bool,
+    /// The pod ended (`Failed` or `Succeeded`: evicted, or a container that may not restart):
+    /// it is replaced.
+    pub ended: bool,
 }
 
 /// What to do about worker pods.
@@ -86,12 +89,13 @@ fn index_of(worker: &str, coordinator: &str) -> Option<u32> {
 pub fn plan_workers(coordinators: &[CoordinatorObs], workers: &[WorkerObs]) -> Vec<WorkerAction> {
     let mut actions = Vec::new();
     for w in workers.iter().filter(|w| !w.terminating) {
-        let keep = coordinators.iter().any(|c| {
-            c.name == w.coordinator
-                && c.uid == w.coordinator_uid
-                && c.live
-                && index_of(&w.name, &c.name).is_some_and(|i| i < c.workers)
-        });
+        let keep = !w.ended
+            && coordinators.iter().any(|c| {
+                c.name == w.coordinator
+                    && c.uid == w.coordinator_uid
+                    && c.live
+                    && index_of(&w.name, &c.name).is_some_and(|i| i < c.workers)
+            });
         if !keep {
             actions.push(WorkerAction::Delete {
                 name: w.name.clone(),
@@ -141,6 +145,10 @@ pub fn observe(pods: &[Pod]) -> (Vec<CoordinatorObs>, Vec<WorkerObs>) {
                 });
             }
             Some(ROLE_WORKER) => workers.push(WorkerObs {
+                ended: matches!(
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Failed") | Some("Succeeded")
+                ),
                 name,
                 coordinator: labels.get(LABEL_COORDINATOR).cloned().unwrap_or_default(),
                 coordinator_uid: pod
@@ -266,6 +274,7 @@ mod tests {
             coordinator: coordinator.into(),
             coordinator_uid: format!("uid-{coordinator}"),
             terminating: false,
+            ended: false,
         }
     }
 
@@ -288,6 +297,29 @@ mod tests {
         // complete: nothing to do
         let all: Vec<_> = (0..3).map(|i| worker("j-1", i)).collect();
         assert!(plan_workers(&[coord("j-1", 3, true)], &all).is_empty());
+    }
+
+    /// An evicted worker, or a Flink TaskManager whose pod failed, is deleted and then made
+    /// again (a name is reused only once the old pod is gone).
+    #[test]
+    fn an_ended_worker_is_replaced() {
+        let mut failed = worker("j-1", 0);
+        failed.ended = true;
+        assert_eq!(
+            plan_workers(&[coord("j-1", 1, true)], &[failed.clone()]),
+            vec![WorkerAction::Delete {
+                name: "j-1-w0".into()
+            }]
+        );
+        failed.terminating = true;
+        assert!(plan_workers(&[coord("j-1", 1, true)], &[failed]).is_empty());
+        assert_eq!(
+            plan_workers(&[coord("j-1", 1, true)], &[]),
+            vec![WorkerAction::Create {
+                coordinator: "j-1".into(),
+                index: 0
+            }]
+        );
     }
 
     #[test]

@@ -305,8 +305,11 @@ fn monitoring_chart_renders_the_files() {
     ] {
         let docs = render(&helm, &values);
         let spec = &one(&docs, "PodMonitor")["spec"];
-        let runtime_pods = json!({"app.kubernetes.io/managed-by": "streamjob-operator", "streamjob.io/role": "runtime"});
-        assert_eq!(spec["selector"]["matchLabels"], runtime_pods);
+        let managed = json!({"app.kubernetes.io/managed-by": "streamjob-operator"});
+        assert_eq!(spec["selector"]["matchLabels"], managed);
+        // runtime coordinators, Flink JobManagers (role runtime) and TaskManagers (role worker)
+        let roles = json!([{"key": "streamjob.io/role", "operator": "In", "values": ["runtime", "worker"]}]);
+        assert_eq!(spec["selector"]["matchExpressions"], roles);
         assert_eq!(spec["namespaceSelector"], namespaces, "{values:?}");
         let endpoint = |key: &str| spec["podMetricsEndpoints"][0][key].clone();
         let scraped = [endpoint("port"), endpoint("path")];

@@ -93,7 +93,7 @@ fn field_ref(pod: &Pod, pod_ip: &str, path: &str) -> Result<String, ConfigError>
     Ok(value)
 }
 
-async fn secret(
+pub(super) async fn secret(
     client: &kube::Client,
     ns: &str,
     name: &str,
@@ -104,7 +104,7 @@ async fn secret(
         .map_err(|e| ConfigError(format!("get secret {name}: {e}")))
 }
 
-async fn config_map(
+pub(super) async fn config_map(
     client: &kube::Client,
     ns: &str,
     name: &str,
@@ -115,7 +115,7 @@ async fn config_map(
         .map_err(|e| ConfigError(format!("get configmap {name}: {e}")))
 }
 
-fn secret_data(s: &Secret) -> BTreeMap<String, String> {
+pub(super) fn secret_data(s: &Secret) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, String> = s
         .data
         .iter()

@@ -6,6 +6,7 @@ pub mod env;
 pub mod node;
 pub mod pod;
 pub mod termination;
+pub mod volumes;
 
 use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;

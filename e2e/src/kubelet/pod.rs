@@ -21,6 +21,7 @@ use super::config::KubeletConfig;
 use super::env::{ConfigError, expand, resolve};
 use super::node::now_rfc3339;
 use super::termination;
+use super::volumes;
 use crate::certs::{KubeconfigAuth, write_kubeconfig};
 
 const TICK: Duration = Duration::from_millis(250);
@@ -307,6 +308,11 @@ impl PodRuntime {
             termination::ENV_VAR.into(),
             message_path.display().to_string(),
         );
+        let root = self.dir.join(format!("{}.root", spec.name));
+        volumes::materialise(&self.shared.client, pod, &spec, &root)
+            .await
+            .map_err(cfg_err)?;
+        base.insert(volumes::ROOT_VAR.into(), root.display().to_string());
         let env = resolve(&self.shared.client, pod, &spec, &self.ip.to_string(), base)
             .await
             .map_err(cfg_err)?;

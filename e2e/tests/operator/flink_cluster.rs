@@ -94,15 +94,26 @@ impl FlinkJob {
                     "triggerNonce": self.nonce.unwrap_or(0),
                     "history": {"maxCount": 2},
                 },
-                "upgrade": {"mode": "savepoint", "readinessTimeout": "2m"},
+                // credentials from a Secret (the job's files are local here: only their delivery
+                // is checked, and that the canary value leaks nowhere)
+                "storage": {"s3": {
+                    "endpoint": "http://127.0.0.1:9",
+                    "allowHttp": true,
+                    "credentialsSecret": {"name": CANARY_SECRET},
+                }},
+                "upgrade": {
+                    "mode": "savepoint",
+                    "readinessTimeout": "2m",
+                    "allowNonRestoredState": self.allow_non_restored_state,
+                },
                 "flink": {
                     "version": self.version,
                     "job": {
                         "entryClass": TEST_JOB_CLASS,
                         "args": args,
-                        "allowNonRestoredState": self.allow_non_restored_state,
                     },
                     "jobManager": {"resources": {"memory": "1024Mi", "cpu": "250m"}},
+                    "flinkConfiguration": odd_configuration(),
                     "taskManager": {"replicas": 1, "taskSlots": 3, "resources": {"memory": "1280Mi", "cpu": "250m"}},
                 },
             },
@@ -119,6 +130,113 @@ impl FlinkJob {
     fn ctx_job(&self) -> Job {
         Job::new(&self.name, &self.ns, "unused")
     }
+}
+
+/// The Secret holding the job's store credentials, and the value that must reach the Flink
+/// processes and nothing else (ConfigMaps, status, events, logs).
+const CANARY_SECRET: &str = "flink-store-credentials";
+const CANARY: &str = "canary-4f0c2e9d7b1a";
+
+fn canary_secret(ns: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": CANARY_SECRET, "namespace": ns},
+        "stringData": {"AWS_ACCESS_KEY_ID": "flink-e2e", "AWS_SECRET_ACCESS_KEY": CANARY},
+    })
+    .to_string()
+}
+
+/// Files under `dir` (recursively) whose content holds `needle`.
+fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_file()
+                && std::fs::read(&path)
+                    .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// Values the official image's `FLINK_PROPERTIES` would mangle (blanks removed, quotes kept):
+/// the JobManager must report each exactly as written.
+fn odd_configuration() -> serde_json::Value {
+    serde_json::json!({
+        "streamjob.test.blanks": "-XX:+UseG1GC -Xss2m",
+        "streamjob.test.quoted": "say \"hi\": it's # not a comment",
+        "streamjob.test.yaml-ish": "[a, b] {c: d} &x *y !z",
+        "streamjob.test.dollar": "$(POD_IP) ${HOME}",
+    })
+}
+
+/// Every Prometheus text Flink's reporters serve on this host: each pod's reporter takes a port
+/// of 9249-9299 here (the stand-in's range; on a cluster each pod has 9249 to itself).
+async fn flink_metrics() -> Vec<String> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("client");
+    let mut texts = Vec::new();
+    for port in 9249..=9299 {
+        if let Ok(r) = http
+            .get(format!("http://127.0.0.1:{port}/metrics"))
+            .send()
+            .await
+            && let Ok(text) = r.text().await
+            && text.contains("flink_")
+        {
+            texts.push(text);
+        }
+    }
+    texts
+}
+
+/// The sum of the samples of `metric` (any labels) in Prometheus texts.
+fn metric_sum(texts: &[String], metric: &str) -> Option<f64> {
+    let values: Vec<f64> = texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// The configuration the running JobManager reports (`GET /jobmanager/config`).
+async fn job_manager_config(jm: &Pod) -> std::collections::BTreeMap<String, String> {
+    let ip = jm
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("JobManager pod IP");
+    let entries: Vec<serde_json::Value> =
+        reqwest::get(format!("http://{ip}:8081/jobmanager/config"))
+            .await
+            .expect("GET /jobmanager/config")
+            .json()
+            .await
+            .expect("configuration JSON");
+    entries
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["key"].as_str()?.to_string(),
+                e["value"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
 }
 
 fn step(o: &DynamicObject) -> String {
@@ -273,6 +391,8 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
         nonce: None,
     };
     let ctx = Ctx::new(env, job.ctx_job()).await;
+    env.kubectl_ok(&["apply", "-f", "-"], Some(&canary_secret(&job.ns)))
+        .expect("credentials Secret");
     let rss_idle = operator_rss_mib(env).await;
 
     // kubectl apply → RUNNING with a checkpoint
@@ -289,6 +409,165 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
         "one TaskManager pod"
     );
     let rss_running = operator_rss_mib(env).await;
+
+    // the configuration reached Flink exactly as written (a file, not FLINK_PROPERTIES)
+    let reported = job_manager_config(&job_manager(&ctx).await).await;
+    for (key, value) in odd_configuration().as_object().unwrap() {
+        assert_eq!(
+            reported.get(key).map(String::as_str),
+            value.as_str(),
+            "{key} as the JobManager reports it"
+        );
+    }
+    assert_eq!(reported["jobmanager.memory.process.size"], "1024m");
+    assert_eq!(reported["taskmanager.data.port"], "6121");
+    assert_eq!(
+        reported["s3.endpoint"], "http://127.0.0.1:9",
+        "from spec.storage.s3"
+    );
+
+    // Flink's metrics for Prometheus, from the JobManager and the TaskManager
+    let metrics = poll_until(
+        "Flink metrics with records",
+        TIMEOUT,
+        Duration::from_millis(500),
+        || async {
+            let texts = flink_metrics().await;
+            let records =
+                metric_sum(&texts, "flink_taskmanager_job_task_numRecordsOut").unwrap_or(0.0);
+            let task_managers =
+                metric_sum(&texts, "flink_jobmanager_numRegisteredTaskManagers").unwrap_or(0.0);
+            Ok((records > 0.0 && task_managers >= 1.0).then_some((records, task_managers)))
+        },
+    )
+    .await
+    .expect("Flink's Prometheus reporters");
+    ctx.log(&format!(
+        "Flink metrics: {} records out, {} TaskManagers registered",
+        metrics.0, metrics.1
+    ));
+
+    // the store credentials reach the Flink processes from the Secret, and nothing else
+    let jm = job_manager(&ctx).await;
+    let pid = container_pid(&jm).expect("JobManager process");
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("JobManager environment");
+    assert!(
+        environ
+            .split(|b| *b == 0)
+            .any(|kv| kv == format!("AWS_SECRET_ACCESS_KEY={CANARY}").as_bytes()),
+        "the JobManager got the Secret's value"
+    );
+    let leaked = files_containing(&env.kubelet_config.run_dir, CANARY);
+    assert!(
+        leaked.is_empty(),
+        "the canary secret in pod files or logs: {leaked:?}"
+    );
+    for kind in ["configmaps", "streamjobs", "events", "pods"] {
+        let yaml = env
+            .kubectl_ok(&["get", kind, "-n", &job.ns, "-o", "yaml"], None)
+            .expect("kubectl get");
+        assert!(!yaml.contains(CANARY), "the canary secret in {kind}");
+    }
+
+    // the web UI's Service: one per job, kept across runs
+    let ui_service = || {
+        env.kubectl_ok(
+            &[
+                "get",
+                "service",
+                &format!("{}-rest", job.name),
+                "-n",
+                &job.ns,
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ],
+            None,
+        )
+        .expect("the job's rest Service")
+    };
+    let ui_uid = ui_service();
+
+    // a TaskManager killed (as by the OOM killer): its pod fails, the operator replaces it, the
+    // new TaskManager registers and Flink restarts the job from its latest checkpoint; output
+    // stays exactly once (checked at the end)
+    let tms = ctx.pods_with_role("worker").await;
+    let tm_pid = container_pid(&tms[0]).expect("TaskManager process");
+    let checkpoint_before = status(&ctx.get().await)["lastCheckpoint"]["id"]
+        .as_u64()
+        .unwrap_or(0);
+    let killed_at = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(tm_pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL TaskManager");
+    ctx.wait(
+        "a checkpoint after the TaskManager's replacement",
+        FLINK_TIMEOUT,
+        |o| {
+            status(o)["lastCheckpoint"]["id"].as_u64().unwrap_or(0) > checkpoint_before + 1
+                && phase(o) == "Running"
+        },
+    )
+    .await;
+    let tm_recovery = killed_at.elapsed().as_secs_f64();
+    let tms_after = ctx.pods_with_role("worker").await;
+    assert_eq!(tms_after.len(), 1, "one TaskManager pod");
+    assert_ne!(
+        tms_after[0].metadata.uid, tms[0].metadata.uid,
+        "the dead TaskManager was replaced by a new pod"
+    );
+    ctx.log(&format!(
+        "TaskManager SIGKILLed: a new checkpoint {tm_recovery:.1}s later"
+    ));
+
+    // the engine cannot be switched by dropping the field (absent means runtime)
+    let out = env
+        .kubectl(
+            &[
+                "patch",
+                "sj",
+                &job.name,
+                "-n",
+                &job.ns,
+                "--type=json",
+                "-p",
+                r#"[{"op":"remove","path":"/spec/engine"}]"#,
+            ],
+            None,
+        )
+        .expect("kubectl patch");
+    let refusal = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && refusal.contains("spec.engine is immutable (absent means runtime)"),
+        "engine switch refused by the API server: {refusal}"
+    );
+
+    // the job's NetworkPolicy admits Flink's own ports between its pods
+    let policy: serde_json::Value = serde_json::from_str(
+        &env.kubectl_ok(
+            &[
+                "get",
+                "networkpolicy",
+                &format!("{}-streamjob", job.name),
+                "-n",
+                &job.ns,
+                "-o",
+                "json",
+            ],
+            None,
+        )
+        .expect("the job's NetworkPolicy"),
+    )
+    .unwrap();
+    let peer_ports: Vec<u64> = policy["spec"]["ingress"][1]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["port"].as_u64())
+        .collect();
+    assert_eq!(peer_ports, [6123, 6124, 6122, 6121], "{policy}");
 
     // a savepoint by nonce, the job untouched
     let jm = job_manager(&ctx).await;
@@ -348,6 +627,11 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
     assert!(
         !bump.killed.is_empty(),
         "the operator was killed during the upgrade"
+    );
+    assert_eq!(
+        ui_service(),
+        ui_uid,
+        "the same UI Service after the upgrade"
     );
     ctx.log(&format!(
         "image bump promoted in {:.1}s, operator killed at {:?}",
@@ -474,7 +758,8 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
     );
     let rss_end = operator_rss_mib(env).await;
     ctx.log(&format!(
-        "FIGURES Flink {version}: apply -> RUNNING with a checkpoint {to_running:.1}s; image bump \
+        "FIGURES Flink {version}: apply -> RUNNING with a checkpoint {to_running:.1}s; TaskManager \
+         killed -> next checkpoint {tm_recovery:.1}s; image bump \
          (operator killed {} times) {:.1}s; parallelism 2 -> 3 {:.1}s (output stall {:.1}s); \
          broken build rolled back {rollback_secs:.1}s; \
          uid dropped with allowNonRestoredState {:.1}s (output stall {:.1}s); operator RSS \

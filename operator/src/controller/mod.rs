@@ -272,7 +272,7 @@ async fn reconcile_inner<E: Engine>(
         Err(e) => return Err(e),
     };
     if let Some(peer) = &ctx.settings.network_policy {
-        network::ensure_network_policy(ctx, &owner, peer).await?;
+        network::ensure_network_policy(ctx, &owner, job.spec.engine, peer).await?;
     }
     let scope = JobScope {
         client: &ctx.client,

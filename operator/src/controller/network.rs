@@ -3,7 +3,10 @@
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
 use super::*;
-use crate::network_policy::{OperatorPeer, network_policy, network_policy_name};
+use crate::network_policy::{
+    OperatorPeer, RUNTIME_PEER_PORTS, network_policy, network_policy_name,
+};
+use streamjob_crds::v1alpha1::EngineKind;
 
 /// Creates the job's NetworkPolicy unless this process already saw it. A policy someone edited
 /// is left alone (the operator never overwrites it); a deleted one comes back after an operator
@@ -11,6 +14,7 @@ use crate::network_policy::{OperatorPeer, network_policy, network_policy_name};
 pub(super) async fn ensure_network_policy<E: Engine>(
     ctx: &Context<E>,
     owner: &Owner,
+    engine: EngineKind,
     peer: &OperatorPeer,
 ) -> Result<()> {
     let known = |ctx: &Context<E>| {
@@ -24,13 +28,20 @@ pub(super) async fn ensure_network_policy<E: Engine>(
     }
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let name = network_policy_name(&owner.name);
+    let peer_ports: &[u16] = match engine {
+        EngineKind::Runtime => &RUNTIME_PEER_PORTS,
+        EngineKind::Flink => &crate::engine::flink::cluster::PEER_PORTS,
+    };
     if api.get_opt(&name).await?.is_none() {
         let pp = PostParams {
             field_manager: Some(MANAGER.into()),
             ..Default::default()
         };
         match api
-            .create(&pp, &network_policy(owner, peer, ctx.settings.control_port))
+            .create(
+                &pp,
+                &network_policy(owner, peer, ctx.settings.control_port, peer_ports),
+            )
             .await
         {
             Ok(_) => tracing::info!(policy = %name, "created the job's NetworkPolicy"),

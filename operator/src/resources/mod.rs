@@ -18,6 +18,8 @@ use crate::decide::{
 };
 use crate::{Error, Result};
 
+pub mod template;
+
 /// Name of the runtime container (a podTemplate container of this name is merged into it).
 pub const CONTAINER: &str = "runtime";
 /// ConfigMap key of the manifest.
@@ -161,6 +163,22 @@ pub(crate) fn common_env(owner: &Owner, hash: &str, spec: &StreamJobSpec) -> Vec
             ..Default::default()
         },
     ];
+    env.extend(storage_env(spec));
+    // Kafka credentials: one variable per Secret key, named after the step (crds::secrets).
+    for step in &spec.pipeline {
+        if let Some(kafka) = step.source.as_ref().and_then(|s| s.kafka.as_ref()) {
+            for e in streamjob_crds::secrets::kafka_secret_envs(&step.uid, kafka) {
+                env.push(optional_secret_env(&e.env, &e.secret, &e.key, e.optional));
+            }
+        }
+    }
+    env
+}
+
+/// The stores' credentials from `spec.storage`, as variables read from the user's Secrets (never
+/// their values): every pod that reads or writes the job's files gets them, whatever its engine.
+pub(crate) fn storage_env(spec: &StreamJobSpec) -> Vec<EnvVar> {
+    let mut env = Vec::new();
     if let Some(creds) = spec
         .storage
         .as_ref()
@@ -216,20 +234,11 @@ pub(crate) fn common_env(owner: &Owner, hash: &str, spec: &StreamJobSpec) -> Vec
             ),
         });
     }
-    // Kafka credentials: one variable per Secret key, named after the step (crds::secrets).
-    for step in &spec.pipeline {
-        if let Some(kafka) = step.source.as_ref().and_then(|s| s.kafka.as_ref()) {
-            for e in streamjob_crds::secrets::kafka_secret_envs(&step.uid, kafka) {
-                env.push(optional_secret_env(&e.env, &e.secret, &e.key, e.optional));
-            }
-        }
-    }
     env
 }
 
-/// Merges the user's podTemplate with the operator's container; the operator's fields win for
-/// image, args, ports, probes and restart policy; the user's env comes after ours. The
-/// `restricted` Pod Security defaults fill what the user left unset (crate::pod_security).
+/// A pod of the job's runtime image: `ours` as its container, the user's podTemplate merged in
+/// (template::with_pod_template; the template container named [`CONTAINER`] merges into ours).
 pub(crate) fn pod_from_template(
     owner: &Owner,
     name: &str,
@@ -239,53 +248,16 @@ pub(crate) fn pod_from_template(
     ours: Container,
     restart_policy: &str,
 ) -> Pod {
-    // validate() refused a template that does not parse, so nothing is dropped here
-    let template = spec
-        .pod_template
-        .as_ref()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or_default();
-    let mut meta = owner.meta(name, role, Some(hash));
-    if let Some(tm) = template.metadata {
-        let mut l = tm.labels.unwrap_or_default();
-        l.extend(meta.labels.take().unwrap_or_default());
-        meta.labels = Some(l);
-        meta.annotations = tm.annotations;
-    }
-    let mut pod_spec: PodSpec = template.spec.unwrap_or_default();
-    let mut containers = std::mem::take(&mut pod_spec.containers);
-    let user = containers
-        .iter()
-        .position(|c| c.name == CONTAINER)
-        .map(|i| containers.remove(i));
-    let container = match user {
-        Some(mut u) => {
-            let mut env = ours.env.clone().unwrap_or_default();
-            env.extend(u.env.take().unwrap_or_default());
-            Container {
-                name: ours.name,
-                image: ours.image,
-                image_pull_policy: ours.image_pull_policy.or(u.image_pull_policy),
-                command: None,
-                args: ours.args,
-                env: Some(env),
-                ports: ours.ports,
-                readiness_probe: ours.readiness_probe,
-                termination_message_policy: ours.termination_message_policy,
-                ..u
-            }
-        }
-        None => ours,
-    };
-    containers.insert(0, container);
-    pod_spec.containers = containers;
-    pod_spec.restart_policy = Some(restart_policy.into());
-    crate::pod_security::restrict(&mut pod_spec);
-    Pod {
-        metadata: meta,
-        spec: Some(pod_spec),
+    let pod = Pod {
+        metadata: owner.meta(name, role, Some(hash)),
+        spec: Some(PodSpec {
+            containers: vec![ours],
+            restart_policy: Some(restart_policy.into()),
+            ..Default::default()
+        }),
         ..Default::default()
-    }
+    };
+    template::with_pod_template(spec.pod_template.as_ref(), CONTAINER, pod)
 }
 
 /// Fills the runtime container's resources from the operator's defaults (`--runtime-resources`,

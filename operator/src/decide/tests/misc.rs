@@ -232,12 +232,14 @@ fn workers_follow_their_coordinators_in_the_decision() {
             coordinator: OLD.into(),
             coordinator_uid: "u-old".into(),
             terminating: false,
+            ended: false,
         },
         WorkerObs {
             name: "gone-w0".into(),
             coordinator: "gone".into(),
             coordinator_uid: "u-gone".into(),
             terminating: false,
+            ended: false,
         },
     ];
     let d = run(&base_spec(), &running(), &o);

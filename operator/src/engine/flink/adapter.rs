@@ -20,7 +20,8 @@ use kube::api::{Api, DeleteParams, PostParams};
 use streamjob_crds::hash::deployment_hash;
 use streamjob_crds::v1alpha1::{StreamJobSpec, UpgradeMode};
 
-use super::cluster::{CONFIG_KEY, REST_PORT};
+use super::cluster::REST_PORT;
+use super::conf::{CONFIG_KEY, LOG_CONFIG, LOG_CONFIG_KEY};
 use super::plan::{self, cluster_plan, job_id};
 use super::rest::{FlinkRest, trigger_id};
 use crate::api::{ignore_conflict, ignore_missing};
@@ -65,8 +66,10 @@ fn post_params() -> PostParams {
     }
 }
 
-/// The rest Service of run `run` (as [`ClusterPlan::rest_service`](super::cluster::ClusterPlan::rest_service) names it).
-fn rest_service_name(run: &str) -> String {
+/// The per-run rest Service earlier operators made (now one per job,
+/// [`ClusterPlan::rest_service`](super::cluster::ClusterPlan::rest_service), kept across runs):
+/// removed with its run.
+fn legacy_rest_service_name(run: &str) -> String {
     format!("{run}-rest")
 }
 
@@ -102,9 +105,9 @@ impl Engine for FlinkEngine {
         }
         let mut cm = resources::config_map(job.owner, hash, spec)?;
         let conf = cluster_plan(job.owner, "", hash, spec, None)?.config_yaml();
-        cm.data
-            .get_or_insert_default()
-            .insert(CONFIG_KEY.to_string(), conf);
+        let data = cm.data.get_or_insert_default();
+        data.insert(CONFIG_KEY.to_string(), conf);
+        data.insert(LOG_CONFIG_KEY.to_string(), LOG_CONFIG.to_string());
         let cms: Api<ConfigMap> = Api::namespaced(job.client.clone(), &job.owner.namespace);
         ignore_conflict(cms.create(&post_params(), &cm).await)
     }
@@ -165,7 +168,7 @@ impl Engine for FlinkEngine {
         let services: Api<Service> = Api::namespaced(job.client.clone(), &job.owner.namespace);
         ignore_missing(
             services
-                .delete(&rest_service_name(name), &DeleteParams::default())
+                .delete(&legacy_rest_service_name(name), &DeleteParams::default())
                 .await,
         )
     }

@@ -1,9 +1,10 @@
 //! Pure builders of a Flink standalone application cluster, as the Flink engine runs one run of a
 //! job: the cluster's `config.yaml` (in the version's ConfigMap), one JobManager pod named as the
 //! run (application mode: it runs the job's `main()` and the job), TaskManager pods pointed at
-//! the JobManager (the run's workers), and the rest Service. The pods run the user's Flink image with its own entrypoint (`standalone-job`,
-//! `taskmanager`), configured as the official image is: `FLINK_PROPERTIES` (from the ConfigMap)
-//! and `-D` arguments. Everything binds to the pod's IP.
+//! the JobManager (the run's workers), and the rest Service. The pods run the user's Flink image
+//! with its own entrypoint (`standalone-job`, `taskmanager`).
+//!
+//! Its configuration is a file of the version's ConfigMap ([`super::conf`]).
 //!
 //! TaskManagers are given the JobManager's pod IP, as the runtime engine gives workers their
 //! coordinator's: a TaskManager is made once the JobManager pod has an address, and a new
@@ -12,17 +13,19 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapKeySelector, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, Pod, PodSecurityContext, PodSpec, Probe, ResourceRequirements,
-    SecurityContext, Service, ServicePort, ServiceSpec,
+    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, Pod,
+    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SecurityContext, Service,
+    ServicePort, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use streamjob_crds::flink::{OwnedKey, owned_keys};
+use streamjob_crds::pod_template::PodTemplate;
 
-use crate::decide::{LABEL_ROLE, PodRole};
+use super::conf::{conf_dir_env, conf_mount, conf_volume};
+use crate::decide::{LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, PodRole};
+use crate::resources::template::{FLINK_MAIN_CONTAINER, with_pod_template};
 use crate::workers::{ANNOTATION_COORDINATOR_UID, LABEL_COORDINATOR, ROLE_WORKER, worker_name};
 
 /// Flink's ports, the same in every cluster (each pod has its own IP).
@@ -31,9 +34,20 @@ pub const RPC_PORT: u16 = 6123;
 pub const BLOB_PORT: u16 = 6124;
 /// The TaskManager's RPC port.
 pub const TASK_MANAGER_RPC_PORT: u16 = 6122;
-/// ConfigMap key of the configuration (handed to the pods as `FLINK_PROPERTIES`).
-pub const CONFIG_KEY: &str = "config.yaml";
-/// The official Flink image's user (`flink`): its entrypoint writes into `/opt/flink/conf`.
+/// The TaskManager's data port (Flink picks a random one unless told): the runtime engine's data
+/// port, so the job's NetworkPolicy admits it.
+pub const DATA_PORT: u16 = streamjob_contract::process::DATA_PORT;
+/// Where Flink's Prometheus reporter serves `/metrics` (the runtime's metrics port: the chart's
+/// PodMonitor scrapes the container port named `metrics`, the NetworkPolicy admits it).
+pub const METRICS_PORT: u16 = streamjob_contract::process::METRICS_PORT;
+/// Flink's Prometheus reporter, shipped in every Flink distribution's
+/// `plugins/metrics-prometheus` (so in the official images).
+pub const PROMETHEUS_REPORTER: &str =
+    "org.apache.flink.metrics.prometheus.PrometheusReporterFactory";
+/// Flink's ports the job's own pods connect to (JobManager RPC and blob server, TaskManager RPC
+/// and data): what the NetworkPolicy opens between them.
+pub const PEER_PORTS: [u16; 4] = [RPC_PORT, BLOB_PORT, TASK_MANAGER_RPC_PORT, DATA_PORT];
+/// The official Flink image's user (`flink`).
 pub const FLINK_USER: i64 = 9999;
 /// Label telling JobManager and TaskManager pods apart.
 pub const LABEL_COMPONENT: &str = "streamjob.io/flink-component";
@@ -78,7 +92,7 @@ pub fn image_security_context() -> SecurityContext {
 pub struct ClusterPlan {
     /// The run: the JobManager pod's name, prefix of the TaskManagers' and the Service's.
     pub name: String,
-    /// The version's ConfigMap, holding [`CONFIG_KEY`].
+    /// The version's ConfigMap, holding [`super::conf::CONFIG_KEY`].
     pub config_map: String,
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
@@ -106,6 +120,10 @@ pub struct ClusterPlan {
     pub max_parallelism: u32,
     /// The user's Flink configuration (checked with [`ClusterPlan::check_configuration`]).
     pub configuration: BTreeMap<String, String>,
+    /// `spec.podTemplate`, merged into every pod (its `flink-main-container` into Flink's).
+    pub pod_template: Option<PodTemplate>,
+    /// The stores' credentials (`spec.storage`), as variables read from the user's Secrets.
+    pub storage_env: Vec<EnvVar>,
 }
 
 impl ClusterPlan {
@@ -121,73 +139,13 @@ impl ClusterPlan {
         worker_name(&self.name, index)
     }
 
+    /// The job's REST Service (web UI): one name for every run of the job, so a bookmark, a
+    /// port-forward or an Ingress survives upgrades.
     pub fn rest_service_name(&self) -> String {
-        format!("{}-rest", self.name)
-    }
-
-    /// The user's configuration keys the operator owns (refused with these messages).
-    pub fn check_configuration(&self) -> Vec<OwnedKey> {
-        owned_keys(&self.configuration)
-    }
-
-    /// `config.yaml`: the user's configuration, then the keys the operator owns.
-    pub fn config_yaml(&self) -> String {
-        let mut conf = self.configuration.clone();
-        let mut own = |k: &str, v: String| {
-            conf.insert(k.to_string(), v);
-        };
-        own("jobmanager.rpc.port", RPC_PORT.to_string());
-        own("rest.port", REST_PORT.to_string());
-        own("blob.server.port", BLOB_PORT.to_string());
-        own("taskmanager.rpc.port", TASK_MANAGER_RPC_PORT.to_string());
-        own(
-            "taskmanager.numberOfTaskSlots",
-            self.slots_per_task_manager.to_string(),
-        );
-        own("parallelism.default", self.parallelism.to_string());
-        own(
-            "jobmanager.memory.process.size",
-            format!("{}m", self.job_manager.memory_mib),
-        );
-        own(
-            "taskmanager.memory.process.size",
-            format!("{}m", self.task_manager.memory_mib),
-        );
-        // 1.20 reads the first name of each, 2.x the second.
-        own("state.checkpoints.dir", self.checkpoints_dir.clone());
-        own("execution.checkpointing.dir", self.checkpoints_dir.clone());
-        own("state.savepoints.dir", self.savepoints_dir.clone());
-        own(
-            "execution.checkpointing.savepoint-dir",
-            self.savepoints_dir.clone(),
-        );
-        own(
-            "execution.checkpointing.interval",
-            self.checkpoint_interval.clone(),
-        );
-        own(
-            "execution.checkpointing.timeout",
-            self.checkpoint_timeout.clone(),
-        );
-        own(
-            "state.checkpoints.num-retained",
-            self.checkpoints_retained.to_string(),
-        );
-        own(
-            "execution.checkpointing.num-retained",
-            self.checkpoints_retained.to_string(),
-        );
-        // Checkpoints outlive a cancelled run: a last-state upgrade restores the latest one.
-        own(
-            "execution.checkpointing.externalized-checkpoint-retention",
-            "RETAIN_ON_CANCELLATION".into(),
-        );
-        own("pipeline.max-parallelism", self.max_parallelism.to_string());
-        // Stop-with-savepoint must leave the JobManager up to report where the savepoint went.
-        own("execution.shutdown-on-application-finish", "false".into());
-        conf.iter()
-            .map(|(k, v)| format!("{k}: {}\n", yaml_string(v)))
-            .collect()
+        format!(
+            "{}-rest",
+            self.labels.get(LABEL_JOB).map_or(&self.name, |job| job)
+        )
     }
 
     /// The JobManager: `standalone-job` runs the job's `main()` and the job.
@@ -208,7 +166,12 @@ impl ClusterPlan {
             args.push("--allowNonRestoredState".into());
         }
         args.extend(self.args.iter().cloned());
-        let ports = [("rest", REST_PORT), ("rpc", RPC_PORT), ("blob", BLOB_PORT)];
+        let ports = [
+            ("rest", REST_PORT),
+            ("rpc", RPC_PORT),
+            ("blob", BLOB_PORT),
+            ("metrics", METRICS_PORT),
+        ];
         let mut container = self.container("jobmanager", args, &ports, &self.job_manager);
         let probe = |initial: i32| Probe {
             http_get: Some(HTTPGetAction {
@@ -228,10 +191,10 @@ impl ClusterPlan {
             .labels
             .get_or_insert_default()
             .insert(LABEL_ROLE.into(), PodRole::Runtime.as_str().into());
-        pod.metadata.annotations = Some(BTreeMap::from([(
+        pod.metadata.annotations.get_or_insert_default().insert(
             ANNOTATION_TASK_MANAGERS.to_string(),
             self.task_managers.to_string(),
-        )]));
+        );
         pod
     }
 
@@ -243,25 +206,49 @@ impl ClusterPlan {
             "-D".into(),
             format!("jobmanager.rpc.address={job_manager_ip}"),
         ];
-        let ports = [("rpc", TASK_MANAGER_RPC_PORT)];
+        let ports = [
+            ("rpc", TASK_MANAGER_RPC_PORT),
+            ("data", DATA_PORT),
+            ("metrics", METRICS_PORT),
+        ];
         let container = self.container("taskmanager", args, &ports, &self.task_manager);
         let mut pod = self.pod(&self.task_manager_name(index), "taskmanager", container);
+        // A TaskManager that dies is replaced by a new pod (the worker planning replaces ended
+        // workers), never restarted in place: Flink's RPC quarantines the address of a process
+        // that died, and a TaskManager restarted at the same address and port cannot register
+        // again (measured on 2.3: "Discarding inbound message … in read-only association").
         let labels = pod.metadata.labels.get_or_insert_default();
         labels.insert(LABEL_ROLE.into(), ROLE_WORKER.into());
         labels.insert(LABEL_COORDINATOR.into(), self.name.clone());
-        pod.metadata.annotations = Some(BTreeMap::from([(
+        pod.metadata.annotations.get_or_insert_default().insert(
             ANNOTATION_COORDINATOR_UID.to_string(),
             job_manager_uid.to_string(),
-        )]));
+        );
         pod
     }
 
-    /// The JobManager's REST endpoint (web UI, `kubectl port-forward`).
+    /// The job's REST endpoint (web UI, `kubectl port-forward`): the JobManagers of the job,
+    /// whichever run (during an upgrade the old and the new one may both answer for a moment).
     pub fn rest_service(&self) -> Service {
+        let mut selector: BTreeMap<String, String> = self
+            .labels
+            .iter()
+            .filter(|(k, _)| [LABEL_JOB, LABEL_MANAGED].contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        selector.insert(LABEL_COMPONENT.into(), "jobmanager".into());
+        let mut labels = selector.clone();
+        labels.remove(LABEL_COMPONENT);
         Service {
-            metadata: self.meta(&self.rest_service_name(), None),
+            metadata: ObjectMeta {
+                name: Some(self.rest_service_name()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(labels),
+                owner_references: self.owner.clone().map(|o| vec![o]),
+                ..Default::default()
+            },
             spec: Some(ServiceSpec {
-                selector: Some(self.selector("jobmanager")),
+                selector: Some(selector),
                 ports: Some(vec![ServicePort {
                     name: Some("rest".into()),
                     port: i32::from(REST_PORT),
@@ -286,31 +273,25 @@ impl ClusterPlan {
             image: Some(self.image.clone()),
             image_pull_policy: self.image_pull_policy.clone(),
             args: Some(args),
-            env: Some(vec![
-                EnvVar {
-                    name: "POD_IP".into(),
-                    value_from: Some(EnvVarSource {
-                        field_ref: Some(ObjectFieldSelector {
-                            field_path: "status.podIP".into(),
+            env: Some(
+                [
+                    EnvVar {
+                        name: "POD_IP".into(),
+                        value_from: Some(EnvVarSource {
+                            field_ref: Some(ObjectFieldSelector {
+                                field_path: "status.podIP".into(),
+                                ..Default::default()
+                            }),
                             ..Default::default()
                         }),
                         ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                EnvVar {
-                    name: "FLINK_PROPERTIES".into(),
-                    value_from: Some(EnvVarSource {
-                        config_map_key_ref: Some(ConfigMapKeySelector {
-                            name: self.config_map_name(),
-                            key: CONFIG_KEY.into(),
-                            optional: Some(false),
-                        }),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            ]),
+                    },
+                    conf_dir_env(),
+                ]
+                .into_iter()
+                .chain(self.storage_env.iter().cloned())
+                .collect(),
+            ),
             ports: Some(
                 ports
                     .iter()
@@ -322,29 +303,26 @@ impl ClusterPlan {
                     .collect(),
             ),
             resources: Some(resources.requirements()),
+            volume_mounts: Some(vec![conf_mount()]),
             security_context: Some(image_security_context()),
             ..Default::default()
         }
     }
 
     fn pod(&self, name: &str, component: &str, container: Container) -> Pod {
-        let mut spec = PodSpec {
+        let spec = PodSpec {
             containers: vec![container],
             restart_policy: Some("Never".into()),
-            security_context: Some(PodSecurityContext {
-                run_as_user: Some(FLINK_USER),
-                run_as_group: Some(FLINK_USER),
-                fs_group: Some(FLINK_USER),
-                ..Default::default()
-            }),
+            volumes: Some(vec![conf_volume(&self.config_map_name(), false)]),
+            security_context: Some(flink_user()),
             ..Default::default()
         };
-        crate::pod_security::restrict(&mut spec);
-        Pod {
+        let pod = Pod {
             metadata: self.meta(name, Some(component)),
             spec: Some(spec),
             ..Default::default()
-        }
+        };
+        with_pod_template(self.pod_template.as_ref(), FLINK_MAIN_CONTAINER, pod)
     }
 
     fn selector(&self, component: &str) -> BTreeMap<String, String> {
@@ -367,16 +345,22 @@ impl ClusterPlan {
     }
 }
 
-/// A YAML scalar that stays a string (quoted, escaped).
-fn yaml_string(v: &str) -> String {
-    serde_json::to_string(v).unwrap_or_else(|_| "\"\"".into())
+/// The official image's user, for every Flink pod.
+pub fn flink_user() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(FLINK_USER),
+        run_as_group: Some(FLINK_USER),
+        fs_group: Some(FLINK_USER),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::engine::flink::conf::CONF_DIR;
 
-    fn plan() -> ClusterPlan {
+    pub(crate) fn plan() -> ClusterPlan {
         ClusterPlan {
             name: "clicks-1a2b3c4d".into(),
             config_map: "clicks-manifest-h".into(),
@@ -411,26 +395,9 @@ mod tests {
                 ("restart-strategy.type".into(), "fixed-delay".into()),
                 ("parallelism.default".into(), "99".into()),
             ]),
+            pod_template: None,
+            storage_env: vec![],
         }
-    }
-
-    #[test]
-    fn the_operator_owns_what_its_protocol_depends_on() {
-        let p = plan();
-        let yaml = p.config_yaml();
-        assert!(
-            yaml.contains("restart-strategy.type: \"fixed-delay\"\n"),
-            "{yaml}"
-        );
-        // A refused key never reaches the cluster even if validation were skipped.
-        assert!(yaml.contains("parallelism.default: \"4\"\n"), "{yaml}");
-        assert!(yaml.contains("execution.shutdown-on-application-finish: \"false\"\n"));
-        assert!(yaml.contains("state.savepoints.dir: \"s3://b/savepoints\"\n"));
-        assert!(yaml.contains("execution.checkpointing.savepoint-dir: \"s3://b/savepoints\"\n"));
-        assert!(yaml.contains("taskmanager.memory.process.size: \"2048m\"\n"));
-        assert_eq!(p.check_configuration().len(), 1);
-        let parsed: BTreeMap<String, String> = serde_yaml_ng::from_str(&yaml).unwrap();
-        assert_eq!(parsed["rest.port"], "8081");
     }
 
     #[test]
@@ -447,17 +414,21 @@ mod tests {
         assert_eq!(jm.metadata.name.as_deref(), Some("clicks-1a2b3c4d"));
         let labels = jm.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[LABEL_COMPONENT], "jobmanager");
+        // The configuration is a file of the version's ConfigMap, never FLINK_PROPERTIES.
         let env = c.env.as_ref().unwrap();
+        assert!(env.iter().all(|e| e.name != "FLINK_PROPERTIES"));
+        let conf_dir = env.iter().find(|e| e.name == "FLINK_CONF_DIR").unwrap();
+        assert_eq!(conf_dir.value.as_deref(), Some(CONF_DIR));
+        let mount = &c.volume_mounts.as_ref().unwrap()[0];
         assert_eq!(
-            env[1]
-                .value_from
-                .as_ref()
-                .unwrap()
-                .config_map_key_ref
-                .as_ref()
-                .unwrap()
-                .name,
-            "clicks-manifest-h"
+            (mount.mount_path.as_str(), mount.read_only),
+            (CONF_DIR, Some(true))
+        );
+        let volumes = jm.spec.as_ref().unwrap().volumes.as_ref().unwrap();
+        let cm = volumes[0].config_map.as_ref().unwrap();
+        assert_eq!(
+            (cm.name.as_str(), cm.optional),
+            ("clicks-manifest-h", Some(false))
         );
         let tm = p.task_manager_pod(1, "10.0.0.7", "uid-1");
         let tc = &tm.spec.as_ref().unwrap().containers[0];
@@ -466,6 +437,15 @@ mod tests {
             "taskmanager -D jobmanager.rpc.address=10.0.0.7"
         );
         assert_eq!(tm.metadata.name.as_deref(), Some("clicks-1a2b3c4d-w1"));
+        assert_eq!(
+            tm.spec.as_ref().unwrap().restart_policy.as_deref(),
+            Some("Never"),
+            "a dead TaskManager is replaced by a new pod, at a new address"
+        );
+        assert_eq!(
+            jm.spec.as_ref().unwrap().restart_policy.as_deref(),
+            Some("Never")
+        );
         // Restricted Pod Security, as the official image's user.
         let sc = tm.spec.as_ref().unwrap().security_context.as_ref().unwrap();
         assert_eq!(sc.run_as_user, Some(FLINK_USER));
@@ -474,9 +454,11 @@ mod tests {
         assert_eq!(csc.allow_privilege_escalation, Some(false));
         assert_eq!(csc.read_only_root_filesystem, Some(false));
         let svc = p.rest_service();
-        assert_eq!(
-            svc.spec.unwrap().selector.unwrap()[LABEL_COMPONENT],
-            "jobmanager"
-        );
+        // one Service for every run of the job
+        assert_eq!(svc.metadata.name.as_deref(), Some("clicks-rest"));
+        let selector = svc.spec.unwrap().selector.unwrap();
+        assert_eq!(selector[LABEL_COMPONENT], "jobmanager");
+        assert_eq!(selector["streamjob.io/job"], "clicks");
+        assert!(!selector.contains_key("streamjob.io/spec-hash"));
     }
 }

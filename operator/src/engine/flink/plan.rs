@@ -3,7 +3,7 @@
 //! runs the savepoint pre-check in the new image.
 
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, Pod, PodSecurityContext, PodSpec, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, Pod, PodSpec, Volume, VolumeMount,
 };
 use sha2::{Digest, Sha256};
 use streamjob_crds::flink::{FlinkResources, FlinkSpec, memory_mib, parse_version};
@@ -11,10 +11,12 @@ use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::StreamJobSpec;
 
 use super::FlinkError;
-use super::cluster::{ClusterPlan, FLINK_USER, PodResources, image_security_context};
+use super::cluster::{ClusterPlan, PodResources, flink_user, image_security_context};
+use super::conf::{conf_dir_env, conf_mount, conf_volume};
 use super::precheck::CheckRequest;
 use crate::decide::{self, PodRole};
 use crate::resources::Owner;
+use crate::resources::template::{FLINK_MAIN_CONTAINER, with_pod_template};
 
 /// Where the check pod's init container puts the checker (and where `flink-check` runs from).
 pub const CHECKER_MOUNT: &str = "/opt/streamjob/checker";
@@ -88,7 +90,7 @@ pub fn cluster_plan(
         job_manager: resources(&flink.job_manager.resources),
         task_manager: resources(&flink.task_manager.resources),
         from_savepoint,
-        allow_non_restored_state: flink.job.allow_non_restored_state,
+        allow_non_restored_state: spec.upgrade.allow_non_restored_state,
         checkpoints_dir: spec.checkpoints.dir.clone(),
         savepoints_dir,
         checkpoint_interval: flink_duration(
@@ -98,8 +100,29 @@ pub fn cluster_plan(
         checkpoint_timeout: flink_duration("spec.checkpoints.timeout", &spec.checkpoints.timeout),
         checkpoints_retained: spec.checkpoints.retained,
         max_parallelism: spec.max_parallelism,
-        configuration: flink.flink_configuration.clone(),
+        configuration: configuration(spec, flink),
+        pod_template: spec.pod_template.clone(),
+        storage_env: crate::resources::storage_env(spec),
     })
+}
+
+/// The user's Flink configuration, with the S3 endpoint of `spec.storage.s3` for Flink's S3
+/// file systems where the user did not set one (credentials are never written here: they reach
+/// the pods as variables from the user's Secret, which Flink's S3 file systems read).
+fn configuration(
+    spec: &StreamJobSpec,
+    flink: &FlinkSpec,
+) -> std::collections::BTreeMap<String, String> {
+    let mut conf = flink.flink_configuration.clone();
+    if let Some(s3) = spec.storage.as_ref().and_then(|s| s.s3.as_ref()) {
+        if let Some(endpoint) = &s3.endpoint {
+            conf.entry("s3.endpoint".into())
+                .or_insert_with(|| endpoint.clone());
+        }
+        conf.entry("s3.path.style.access".into())
+            .or_insert_with(|| (!s3.virtual_hosted_style).to_string());
+    }
+    conf
 }
 
 /// What the pre-check of `spec` against `from` asks (the jar is found in usrlib by `flink-check`).
@@ -111,7 +134,7 @@ pub fn check_request(spec: &StreamJobSpec, from: &str) -> Result<CheckRequest, F
         entry_class: Some(flink.job.entry_class.clone()),
         args: flink.job.args.clone(),
         parallelism: spec.parallelism,
-        allow_non_restored_state: flink.job.allow_non_restored_state,
+        allow_non_restored_state: spec.upgrade.allow_non_restored_state,
         conf: vec![(
             "pipeline.max-parallelism".to_string(),
             spec.max_parallelism.to_string(),
@@ -152,7 +175,10 @@ pub fn check_pod(
 }
 
 /// The dispose pod: the job's image deletes `paths` with its own file system plugins
-/// (`flink-check --dispose`); no cluster needed, so it also runs after the job is gone.
+/// (`flink-check --dispose`); no cluster needed, so it also runs after the job is gone. Only
+/// savepoints inside the job's savepoints or checkpoints directory are deleted: the checker
+/// refuses any other path (exit 3, the reason in the termination message), so a wrong path in
+/// status cannot cost more than a failed disposal.
 pub fn dispose_pod(
     owner: &Owner,
     name: &str,
@@ -161,7 +187,14 @@ pub fn dispose_pod(
     paths: &[String],
     checker_image: &str,
 ) -> Result<Pod, FlinkError> {
-    let mut args = vec!["--dispose".to_string()];
+    let mut args = vec![
+        "--dispose".to_string(),
+        "--savepoints-dir".to_string(),
+        spec.savepoint_dir(),
+        "--checkpoints-dir".to_string(),
+        spec.checkpoints.dir.clone(),
+        "--".to_string(),
+    ];
     args.extend(paths.iter().cloned());
     let place = CheckerPod {
         name,
@@ -214,7 +247,14 @@ fn checker_pod(
         image: Some(spec.image.clone()),
         image_pull_policy: spec.image_pull_policy.clone(),
         args: Some(args),
-        volume_mounts: Some(vec![mount]),
+        // the job's Flink configuration: store endpoints and plugins' settings for reading the
+        // savepoint as the job would
+        env: Some(
+            std::iter::once(conf_dir_env())
+                .chain(crate::resources::storage_env(spec))
+                .collect(),
+        ),
+        volume_mounts: Some(vec![mount, conf_mount()]),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         // the checker's JVM: -Xmx512m
         resources: Some(
@@ -227,30 +267,35 @@ fn checker_pod(
         security_context: Some(image_security_context()),
         ..Default::default()
     };
-    let mut pod_spec = PodSpec {
+    let pod_spec = PodSpec {
         init_containers: Some(vec![init]),
         containers: vec![check],
         restart_policy: Some("Never".into()),
         active_deadline_seconds: Some(place.deadline_seconds.max(30)),
-        volumes: Some(vec![Volume {
-            name: "checker".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        }]),
-        security_context: Some(PodSecurityContext {
-            run_as_user: Some(FLINK_USER),
-            run_as_group: Some(FLINK_USER),
-            fs_group: Some(FLINK_USER),
-            ..Default::default()
-        }),
+        volumes: Some(vec![
+            Volume {
+                name: "checker".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+            // optional: a dispose pod may outlive the version's ConfigMap
+            conf_volume(&decide::config_name(&owner.name, place.hash), true),
+        ]),
+        security_context: Some(flink_user()),
         ..Default::default()
     };
-    crate::pod_security::restrict(&mut pod_spec);
-    Ok(Pod {
+    let pod = Pod {
         metadata: owner.meta(place.name, Some(place.role), Some(place.hash)),
         spec: Some(pod_spec),
         ..Default::default()
-    })
+    };
+    // the user's template too: the same service account and Secrets as the job's pods, to read
+    // the savepoint the way the job would
+    Ok(with_pod_template(
+        spec.pod_template.as_ref(),
+        FLINK_MAIN_CONTAINER,
+        pod,
+    ))
 }
 
 #[cfg(test)]
@@ -266,9 +311,10 @@ image: example.com/clicks-flink:2
 parallelism: 3
 checkpoints: {dir: "file:///data/ck", interval: 1m}
 savepoints: {dir: "file:///data/sp"}
+upgrade: {allowNonRestoredState: true}
 flink:
   version: 1.20.0
-  job: {entryClass: com.example.Clicks, args: ["--out", "file:///data/out"], allowNonRestoredState: true}
+  job: {entryClass: com.example.Clicks, args: ["--out", "file:///data/out"]}
   taskManager: {replicas: 2, taskSlots: 2, resources: {memory: 2Gi}}
   flinkConfiguration: {state.backend.type: rocksdb}
 "#,
@@ -305,16 +351,19 @@ flink:
         assert_eq!(p.job_id.len(), 32);
         let yaml = p.config_yaml();
         assert!(
-            yaml.contains("execution.checkpointing.interval: \"60000ms\"\n"),
+            yaml.contains("\"execution.checkpointing.interval\": \"60000ms\"\n"),
             "{yaml}"
         );
         assert!(
-            yaml.contains("pipeline.max-parallelism: \"128\"\n"),
+            yaml.contains("\"pipeline.max-parallelism\": \"128\"\n"),
             "{yaml}"
         );
-        assert!(yaml.contains("state.backend.type: \"rocksdb\"\n"), "{yaml}");
         assert!(
-            yaml.contains("state.savepoints.dir: \"file:///data/sp\"\n"),
+            yaml.contains("\"state.backend.type\": \"rocksdb\"\n"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("\"state.savepoints.dir\": \"file:///data/sp\"\n"),
             "{yaml}"
         );
         let jm = p.job_manager_pod();
@@ -360,5 +409,18 @@ flink:
         );
         assert_eq!(pod.metadata.labels.unwrap()["streamjob.io/role"], "plan");
         assert_eq!(ps.security_context.unwrap().run_as_non_root, Some(true));
+    }
+
+    #[test]
+    fn the_dispose_pod_bounds_the_checker_to_the_jobs_directories() {
+        let paths = ["file:///data/sp/savepoint-1".to_string()];
+        let pod = dispose_pod(&owner(), "clicks-dispose-1", "h2", &spec(), &paths, "ck:1").unwrap();
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        assert_eq!(
+            c.args.as_ref().unwrap().join(" "),
+            "/opt/streamjob/checker/flink-check --dispose --savepoints-dir file:///data/sp \
+             --checkpoints-dir file:///data/ck -- file:///data/sp/savepoint-1"
+        );
+        assert_eq!(pod.metadata.labels.unwrap()["streamjob.io/role"], "dispose");
     }
 }
