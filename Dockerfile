@@ -2,6 +2,20 @@
 # Builds the operator and runtime images from this workspace, with the same cargo invocation CI uses.
 #   docker build --target operator -t streamjob/operator:0.1.0 .
 #   docker build --target runtime  -t streamjob/runtime:0.1.0 .
+#
+# Two build arguments, both defaulting to the public build above:
+#   BASE_IMAGE  the final stages' base (glibc + CA certificates, a nonroot user 65532).
+#   BINARIES    where the binaries come from: `build` (cargo, in the stage below) or `prebuilt`
+#               (copied from the folder PREBUILT_DIR of the build context, default `prebuilt/`,
+#               holding streamjob-operator and/or streamjob-runtime). Only the selected stage is
+#               built (BuildKit and buildah skip unused stages, so the other's base is never pulled).
+#               buildah/podman before 1.29 (Debian 12's 1.28) ignore the default when a FROM names a
+#               stage through an ARG: pass --build-arg BINARIES=build explicitly there.
+# e2e/scripts/build-images.sh uses both for offline images of binaries cargo built once:
+#   buildah build --target runtime --build-arg BASE_IMAGE=docker.io/streamjob/base-cc:debian12 \
+#     --build-arg BINARIES=prebuilt -f Dockerfile <folder with prebuilt/streamjob-runtime>
+ARG BASE_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+ARG BINARIES=build
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
@@ -12,18 +26,24 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && mkdir -p /out \
  && cp target/dist/streamjob-operator target/dist/streamjob-runtime /out/
 
+FROM scratch AS prebuilt
+ARG PREBUILT_DIR=prebuilt
+COPY ${PREBUILT_DIR}/ /out/
+
+FROM ${BINARIES} AS binaries
+
 # Minimal, non-root final stages: glibc + CA certificates only, no shell. Each image holds one
 # binary, built with the `dist` profile (release, no debug info, symbols stripped), at
 # /usr/local/bin, run as 65532:65532; the runtime writes only to /tmp (an emptyDir the operator
 # mounts, as its root file system is read-only).
-FROM gcr.io/distroless/cc-debian12:nonroot AS operator
-COPY --from=build /out/streamjob-operator /usr/local/bin/streamjob-operator
+FROM ${BASE_IMAGE} AS operator
+COPY --from=binaries /out/streamjob-operator /usr/local/bin/streamjob-operator
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/streamjob-operator"]
 CMD ["run"]
 
-FROM gcr.io/distroless/cc-debian12:nonroot AS runtime
-COPY --from=build /out/streamjob-runtime /usr/local/bin/streamjob-runtime
+FROM ${BASE_IMAGE} AS runtime
+COPY --from=binaries /out/streamjob-runtime /usr/local/bin/streamjob-runtime
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/streamjob-runtime"]
 

@@ -248,6 +248,9 @@ for FLINK_VERSION in "${FLINK_VERSIONS[@]}"; do
   fi
 done
 
+# ---- the real node: containerd, runc, CNI, kubelet, kube-proxy, image builders
+source "$ROOT/e2e/scripts/install-node.sh"
+
 ENV_FILE="$CACHE/e2e-env.sh"
 {
   echo "# written by e2e/scripts/install.sh at $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -264,6 +267,7 @@ ENV_FILE="$CACHE/e2e-env.sh"
     echo "export STREAMJOB_E2E_FLINK_${FLINK_VERSION//./_}='$CACHE/bin/flink-$FLINK_VERSION'"
   done
   echo "export STREAMJOB_E2E_AZURITE='$CACHE/bin/azurite-$AZURITE_VERSION-sdk$AZURE_BLOB_SDK_VERSION/azurite-blob'"
+  node_env
 } >"$ENV_FILE"
 
 log "done in $(( $(date +%s) - START_ALL ))s; env file: $ENV_FILE"

@@ -51,6 +51,27 @@ fn parse_env_file(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
+/// The value of one of install.sh's variables: from the environment, else from its env file.
+pub fn lookup(var: &str) -> Result<String> {
+    if let Ok(v) = std::env::var(var) {
+        return Ok(v);
+    }
+    let file = env_file();
+    let from_file = std::fs::read_to_string(&file)
+        .map(|t| parse_env_file(&t))
+        .unwrap_or_default();
+    from_file
+        .get(var)
+        .cloned()
+        .ok_or_else(|| Error::MissingBinary {
+            name: var.to_string(),
+            detail: format!(
+                "neither ${var} nor {} defines it (run e2e/scripts/install.sh)",
+                file.display()
+            ),
+        })
+}
+
 impl Binaries {
     /// Finds every binary, failing with a message that says to run install.sh when one is missing.
     pub fn locate() -> Result<Self> {

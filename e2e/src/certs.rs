@@ -20,6 +20,8 @@ pub struct Pki {
     pub ca: CertPair,
     pub apiserver: CertPair,
     pub admin: CertPair,
+    /// The API server's client certificate towards kubelets.
+    pub kubelet_client: CertPair,
     pub controller_manager: CertPair,
     pub scheduler: CertPair,
     /// RSA key pair that signs service-account tokens.
@@ -108,10 +110,21 @@ impl Pki {
             dir,
             "apiserver",
             "/CN=kube-apiserver",
-            "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n",
+            &format!(
+                "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:{node_ip},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n",
+                node_ip = crate::cluster::host_address()
+            ),
             &ca,
         )?;
         let admin = leaf(dir, "admin", "/O=system:masters/CN=admin", CLIENT_EXT, &ca)?;
+        // the API server's identity towards kubelets (logs, exec, port-forward)
+        let kubelet_client = leaf(
+            dir,
+            "kubelet-client",
+            "/O=system:masters/CN=kube-apiserver-kubelet-client",
+            CLIENT_EXT,
+            &ca,
+        )?;
         let controller_manager = leaf(
             dir,
             "controller-manager",
@@ -141,11 +154,20 @@ impl Pki {
             ca,
             apiserver,
             admin,
+            kubelet_client,
             controller_manager,
             scheduler,
             sa_key,
             sa_pub,
         })
+    }
+}
+
+impl Pki {
+    /// Issues a client certificate `<name>.crt` signed by the cluster CA (`subject` like
+    /// `/O=system:nodes/CN=system:node:n1`).
+    pub fn client_cert(&self, name: &str, subject: &str) -> Result<CertPair> {
+        leaf(&self.dir, name, subject, CLIENT_EXT, &self.ca)
     }
 }
 

@@ -43,6 +43,28 @@ pub struct ControlPlane {
     pub start_duration: Duration,
 }
 
+/// Inside `e2e/scripts/node-netns.sh` (a real node's namespace)?
+pub fn in_node_namespace() -> bool {
+    crate::node::Namespace::current().is_some()
+}
+
+/// The address servers of the environment (API server, MinIO, Kafka) are reached at: the real
+/// node's address inside its namespace (pods reach it through their bridge), else 127.0.0.1.
+pub fn host_address() -> String {
+    crate::node::Namespace::current()
+        .map_or_else(|| "127.0.0.1".to_string(), |ns| ns.node_ip.to_string())
+}
+
+/// The address those servers listen on: every address inside the node's namespace (loopback
+/// for the test's own clients, the node address for pods), else 127.0.0.1.
+pub fn listen_address() -> &'static str {
+    if in_node_namespace() {
+        "0.0.0.0"
+    } else {
+        "127.0.0.1"
+    }
+}
+
 impl ControlPlane {
     /// Starts the control plane in `dir` (created if needed) and waits until it is ready:
     /// etcd `/health`, apiserver `/readyz`, controller-manager and scheduler `/healthz`.
@@ -89,8 +111,8 @@ impl ControlPlane {
         let server = format!("https://127.0.0.1:{apiserver_port}");
         let mut cmd = Command::new(&bins.kube_apiserver);
         cmd.arg(format!("--etcd-servers={etcd_url}"))
-            .arg("--bind-address=127.0.0.1")
-            .arg("--advertise-address=127.0.0.1")
+            .arg(format!("--bind-address={}", listen_address()))
+            .arg(format!("--advertise-address={}", host_address()))
             .arg(format!("--secure-port={apiserver_port}"))
             .arg(format!(
                 "--cert-dir={}",
@@ -114,7 +136,24 @@ impl ControlPlane {
             .arg(format!("--service-cluster-ip-range={SERVICE_CIDR}"))
             .arg("--authorization-mode=Node,RBAC")
             .arg("--allow-privileged=true")
-            .arg("--endpoint-reconciler-type=none")
+            // the `kubernetes` Service's endpoint (pods reach the API through it) only where
+            // pods can reach the advertised address: a real node
+            .arg(if in_node_namespace() {
+                "--endpoint-reconciler-type=lease"
+            } else {
+                "--endpoint-reconciler-type=none"
+            })
+            // logs, exec and port-forward: the kubelet's address, not its host name (no DNS for
+            // node names here), with a client certificate the kubelet's webhook authorises
+            .arg("--kubelet-preferred-address-types=InternalIP,Hostname")
+            .arg(format!(
+                "--kubelet-client-certificate={}",
+                pki.kubelet_client.cert.display()
+            ))
+            .arg(format!(
+                "--kubelet-client-key={}",
+                pki.kubelet_client.key.display()
+            ))
             .arg("--profiling=false")
             .arg("--v=1");
         let apiserver_args: Vec<std::ffi::OsString> = cmd.get_args().map(Into::into).collect();

@@ -18,6 +18,7 @@ use crate::binaries::{Binaries, check_executable};
 use crate::cluster::ControlPlane;
 use crate::error::{Error, IoContext, Result};
 use crate::kubelet::{ImageMapping, KubeletConfig};
+use crate::node::RealNode;
 use crate::process::{ManagedProcess, Watchdog};
 use crate::store::{Minio, S3Endpoint, S3Server};
 use crate::wait::poll_until;
@@ -32,6 +33,9 @@ pub struct EnvOptions {
     pub kubelet_binary: PathBuf,
     /// Image mappings for the kubelet.
     pub images: Vec<ImageMapping>,
+    /// Run pods on a real node ([`RealNode`]) instead of the process kubelet, with these image
+    /// archives imported into its containerd (only inside `e2e/scripts/node-netns.sh`).
+    pub real_node_images: Option<Vec<PathBuf>>,
 }
 
 impl EnvOptions {
@@ -66,6 +70,7 @@ impl EnvOptions {
         Self {
             kubelet_binary,
             images,
+            real_node_images: None,
         }
     }
 }
@@ -74,7 +79,10 @@ impl EnvOptions {
 /// the control plane; the watchdog covers the case where drop never runs.
 #[derive(Debug)]
 pub struct TestEnv {
-    kubelet: ManagedProcess,
+    /// The real node, when [`EnvOptions::real_node_images`] asked for one.
+    pub real_node: Option<RealNode>,
+    /// The process kubelet, unless the environment runs a real node.
+    kubelet: Option<ManagedProcess>,
     kubelet_binary: PathBuf,
     /// The S3 server.
     pub minio: Minio,
@@ -86,7 +94,8 @@ pub struct TestEnv {
     pub run_dir: PathBuf,
     /// The repository root.
     pub repo_root: PathBuf,
-    /// The kubelet's configuration.
+    /// The process kubelet's configuration (its `run_dir` holds the pods' files; unused on a
+    /// real node).
     pub kubelet_config: KubeletConfig,
     /// Wall time from start to a Ready node.
     pub start_duration: Duration,
@@ -196,43 +205,44 @@ impl TestEnv {
         };
         let kubelet_cfg_path = run_dir.join("process-kubelet.yaml");
         kubelet_config.write(&kubelet_cfg_path)?;
-        let mut cmd = Command::new(&opts.kubelet_binary);
-        cmd.arg("--kubeconfig")
-            .arg(&plane.admin_kubeconfig)
-            .arg("--config")
-            .arg(&kubelet_cfg_path);
-        let kubelet = ManagedProcess::spawn("process-kubelet", cmd, &run_dir, Some(&watchdog))?
-            .with_grace(Duration::from_secs(40));
-
         let client = plane.client().await?;
-        let nodes: Api<Node> = Api::all(client.clone());
-        poll_until(
-            "node Ready without not-ready taint",
-            Duration::from_secs(60),
-            Duration::from_millis(200),
-            || async {
-                kubelet.check_running()?;
-                let Some(node) = nodes.get_opt(NODE_NAME).await? else {
-                    return Ok(None);
-                };
-                let ready = node
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                let tainted = node
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .is_some_and(|ts| ts.iter().any(|t| t.key.starts_with("node.kubernetes.io/")));
-                Ok((ready && !tainted).then_some(()))
-            },
-        )
-        .await?;
+        let (kubelet, real_node) = match &opts.real_node_images {
+            Some(images) => {
+                let node =
+                    RealNode::start(&plane, &run_dir.join("node"), images, Some(&watchdog)).await?;
+                (None, Some(node))
+            }
+            None => {
+                let mut cmd = Command::new(&opts.kubelet_binary);
+                cmd.arg("--kubeconfig")
+                    .arg(&plane.admin_kubeconfig)
+                    .arg("--config")
+                    .arg(&kubelet_cfg_path);
+                let kubelet =
+                    ManagedProcess::spawn("process-kubelet", cmd, &run_dir, Some(&watchdog))?
+                        .with_grace(Duration::from_secs(40));
+                let nodes: Api<Node> = Api::all(client.clone());
+                poll_until(
+                    "node Ready without not-ready taint",
+                    Duration::from_secs(60),
+                    Duration::from_millis(200),
+                    || async {
+                        kubelet.check_running()?;
+                        let Some(node) = nodes.get_opt(NODE_NAME).await? else {
+                            return Ok(None);
+                        };
+                        Ok(node_schedulable(&node).then_some(()))
+                    },
+                )
+                .await?;
+                (Some(kubelet), None)
+            }
+        };
         wait_default_service_account(&client, "default").await?;
         let start_duration = t0.elapsed();
         tracing::info!(?start_duration, "e2e environment ready");
         Ok(Self {
+            real_node,
             kubelet,
             kubelet_binary: opts.kubelet_binary.clone(),
             minio,
@@ -395,11 +405,6 @@ impl TestEnv {
         self.plane.restart_apiserver(Some(&self._watchdog)).await
     }
 
-    /// The kubelet's pid (its process group holds every pod process).
-    pub fn kubelet_pid(&self) -> u32 {
-        self.kubelet.pid()
-    }
-
     /// `(name, pid)` of every long-running process of the environment.
     pub fn pids(&self) -> Vec<(String, u32)> {
         let mut v: Vec<(String, u32)> = self
@@ -408,7 +413,12 @@ impl TestEnv {
             .into_iter()
             .map(|(n, p)| (n.to_string(), p))
             .collect();
-        v.push(("process-kubelet".into(), self.kubelet.pid()));
+        if let Some(k) = &self.kubelet {
+            v.push(("process-kubelet".into(), k.pid()));
+        }
+        if let Some(node) = &self.real_node {
+            v.extend(node.pids());
+        }
         v.push(("minio".into(), self.minio.pid()));
         v
     }
@@ -477,6 +487,21 @@ where
         || async { Ok(api.get_opt(name).await?.filter(|o| pred(o))) },
     )
     .await
+}
+
+/// A node is Ready and carries no `node.kubernetes.io/…` taint (not-ready, unreachable, …).
+pub fn node_schedulable(node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key.starts_with("node.kubernetes.io/")));
+    ready && !tainted
 }
 
 /// Polls until `api.get(name)` is 404.

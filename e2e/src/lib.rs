@@ -12,6 +12,7 @@ pub mod fixtures;
 pub mod flink;
 pub mod kafka;
 pub mod kubelet;
+pub mod node;
 pub mod process;
 pub mod proxy;
 pub mod scenario;

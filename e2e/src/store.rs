@@ -265,7 +265,7 @@ impl Minio {
         cmd.arg("server")
             .arg(&data_dir)
             .arg("--address")
-            .arg(format!("127.0.0.1:{port}"))
+            .arg(format!("{}:{port}", crate::cluster::listen_address()))
             .arg("--console-address")
             .arg(format!("127.0.0.1:{console}"))
             .arg("--quiet")
@@ -287,7 +287,7 @@ impl Minio {
         }
         let process = ManagedProcess::spawn("minio", cmd, dir, watchdog)?;
         let scheme = if ca.is_some() { "https" } else { "http" };
-        let url = format!("{scheme}://127.0.0.1:{port}");
+        let url = format!("{scheme}://{}:{port}", crate::cluster::host_address());
         let endpoint = S3Endpoint {
             url: url.clone(),
             region: "us-east-1".into(),

@@ -19,16 +19,7 @@ pub const START_GRACE_SECONDS: i64 = 60;
 /// pod no node schedules, a kubelet that never enforces the deadline).
 pub const RELEASE_AFTER_SECONDS: i64 = DISPOSE_DEADLINE_SECONDS + 60;
 
-/// Container waiting reasons that mean the container will not start without someone changing
-/// something (the image, a Secret, a ConfigMap).
-const CANNOT_START: &[&str] = &[
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "ErrImageNeverPull",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-];
+use crate::decide::CANNOT_START;
 
 /// What the finalizer does next.
 #[derive(Debug, Clone, PartialEq, Eq)]

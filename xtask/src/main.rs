@@ -20,6 +20,7 @@ commands:
   unit       unit and integration tests only (no control plane)
   e2e        the end-to-end suite only
   install    build the pinned Kubernetes, etcd, Helm and MinIO binaries into the cache
+  images     build every container image offline (e2e/scripts/build-images.sh)
   soak       a StreamJob under >= 200 random faults, checked exactly-once
              (--quick: 16 faults; --faults N, --seed S)
   bench      benchmarks (add --quick for a short run)
@@ -42,6 +43,7 @@ fn main() -> ExitCode {
         "unit" => unit(),
         "e2e" => e2e(),
         "install" => install(),
+        "images" => build_all().and_then(|()| images()),
         "soak" => soak(rest),
         "bench" => bench(rest),
         "fuzz" => fuzz(rest),
@@ -371,13 +373,55 @@ fn install() -> Result<(), String> {
         .current_dir(root()))
 }
 
+/// The end-to-end suite: the process-kubelet tests, then the real node's (`e2e/tests/node.rs`)
+/// inside the network and mount namespaces of `e2e/scripts/node-netns.sh`, with the images built
+/// first (`e2e/scripts/build-images.sh`).
 fn e2e() -> Result<(), String> {
     install()?;
     build_all()?;
+    images()?;
+    // `--test NAME` pairs: the real node's binary apart from the others
+    let tests = integration_tests(true)?;
+    let (node, others): (Vec<&[String]>, Vec<&[String]>) = tests
+        .chunks(2)
+        .partition(|pair| pair.get(1).is_some_and(|name| name == REAL_NODE_TEST));
     run(cargo()
         .args(["test", "--locked", "--workspace"])
-        .args(integration_tests(true)?)
-        .args(["--", "--test-threads=1"]))
+        .args(others.concat())
+        .args(["--", "--test-threads=1"]))?;
+    let mut test = cargo();
+    test.args(["test", "--locked", "--offline", "--workspace"])
+        .args(node.concat())
+        .args(["--", "--test-threads=1"]);
+    run(&mut in_node_namespace(&test))
+}
+
+/// The e2e test binary that runs on the real node (only inside `node-netns.sh`).
+const REAL_NODE_TEST: &str = "node";
+
+/// Every container image, built offline from the Dockerfile with the binaries cargo built
+/// (`e2e/scripts/build-images.sh`; cached, a warm run takes seconds).
+fn images() -> Result<(), String> {
+    run(Command::new("bash")
+        .arg(root().join("e2e/scripts/build-images.sh"))
+        .current_dir(root()))
+}
+
+/// `command` run by `e2e/scripts/node-netns.sh`, with the same environment changes.
+fn in_node_namespace(command: &Command) -> Command {
+    let mut wrapped = Command::new("bash");
+    wrapped
+        .arg(root().join("e2e/scripts/node-netns.sh"))
+        .arg(command.get_program())
+        .args(command.get_args())
+        .current_dir(root());
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(v) => wrapped.env(name, v),
+            None => wrapped.env_remove(name),
+        };
+    }
+    wrapped
 }
 
 /// The fuzz targets (`fuzz_*` in each crate's `src/fuzz.rs`): proptest strategies over arbitrary

@@ -99,7 +99,13 @@ impl Ctx<'_> {
                             p.restarts,
                             p.waiting_reason
                                 .as_deref()
-                                .map(|r| format!(" ({r})"))
+                                .map(|r| match p.message.as_deref() {
+                                    // a pull failure's message names the image
+                                    Some(m) if CANNOT_START.contains(&r) => {
+                                        format!(" ({r}: {})", super::world::short(m))
+                                    }
+                                    _ => format!(" ({r})"),
+                                })
                                 .unwrap_or_default()
                         ),
                     ));

@@ -95,17 +95,21 @@ impl PodObs {
         let reason = self.waiting_reason.as_deref();
         self.restarts >= CRASH_LOOP_RESTARTS
             || (reason == Some("CrashLoopBackOff") && self.restarts >= 1)
-            || matches!(
-                reason,
-                Some(
-                    "ImagePullBackOff"
-                        | "ErrImagePull"
-                        | "InvalidImageName"
-                        | "CreateContainerConfigError"
-                )
-            )
+            || reason.is_some_and(|r| CANNOT_START.contains(&r))
     }
 }
+
+/// Container waiting reasons that mean the container will not start without someone changing
+/// something (the image, a Secret, a ConfigMap). `ErrImageNeverPull` is a real kubelet's answer
+/// under `imagePullPolicy: Never` when the image is absent.
+pub const CANNOT_START: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
 
 /// Container restarts after which a version counts as crash-looping.
 pub const CRASH_LOOP_RESTARTS: i32 = 3;
@@ -187,6 +191,22 @@ pub enum PlanResult {
 /// Reads a plan pod: exit 0 compatible, 3 incompatible (reasons per uid from the JSON report in
 /// its termination message or log tail), anything else an error with whatever it said.
 pub fn plan_result(pod: &PodObs) -> PlanResult {
+    // an image that cannot be pulled (or a container that cannot be made) never runs the check:
+    // say so now, naming what the kubelet said, instead of waiting out readinessTimeout
+    if let Some(reason) = pod
+        .waiting_reason
+        .as_deref()
+        .filter(|r| CANNOT_START.contains(r))
+    {
+        return PlanResult::Error(format!(
+            "plan pod {} cannot start the new version: {reason}{}",
+            pod.name,
+            pod.message
+                .as_deref()
+                .map(|m| format!(" ({})", short(m)))
+                .unwrap_or_default()
+        ));
+    }
     let code = match (pod.phase, pod.exit_code) {
         (PodPhase::Succeeded, c) => c.unwrap_or(0),
         (PodPhase::Failed, Some(c)) => c,
@@ -314,3 +334,38 @@ pub fn savepoint_from_message(message: &str) -> Option<String> {
 /// Annotation through which a human hands the operator the savepoint a stopped job wrote when
 /// the operator could not read it (the runtime exited before answering).
 pub const ANNOTATION_RECOVERED_SAVEPOINT: &str = "streamjob.io/recovered-savepoint";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_container_that_cannot_start_counts_as_crash_looping_at_once() {
+        for reason in CANNOT_START {
+            let mut p = PodObs::new("p", PodRole::Runtime, PodPhase::Pending);
+            p.waiting_reason = Some((*reason).to_string());
+            assert!(p.crash_looping(), "{reason}");
+        }
+        let mut p = PodObs::new("p", PodRole::Runtime, PodPhase::Pending);
+        p.waiting_reason = Some("ContainerCreating".into());
+        assert!(!p.crash_looping(), "still starting");
+    }
+
+    #[test]
+    fn a_plan_pod_whose_image_cannot_be_pulled_fails_the_plan_naming_the_image() {
+        let mut p = PodObs::new("j-plan-1", PodRole::Plan, PodPhase::Pending);
+        p.waiting_reason = Some("ImagePullBackOff".into());
+        p.message = Some("Back-off pulling image \"r/x:missing\"".into());
+        match plan_result(&p) {
+            PlanResult::Error(why) => {
+                assert!(
+                    why.contains("ImagePullBackOff") && why.contains("r/x:missing"),
+                    "{why}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        p.waiting_reason = Some("ContainerCreating".into());
+        assert!(matches!(plan_result(&p), PlanResult::Running));
+    }
+}

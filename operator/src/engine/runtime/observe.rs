@@ -68,9 +68,16 @@ pub fn observe_pod(pod: &Pod) -> Option<PodObs> {
             .filter(|_| final_state)
             .map(|t| t.exit_code),
         last_exit_code: terminated.as_ref().map(|t| t.exit_code),
+        // what ended it, else why it waits (a pull failure names the image), else the pod's word
         message: terminated
             .as_ref()
             .and_then(|t| t.message.clone())
+            .or_else(|| {
+                container
+                    .and_then(|c| c.state.as_ref())
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|w| w.message.clone())
+            })
             .or_else(|| status.and_then(|s| s.message.clone())),
         ip: status
             .and_then(|s| s.pod_ip.clone())
