@@ -102,6 +102,21 @@ pub struct TestEnv {
     _watchdog: Watchdog,
 }
 
+/// Logs of a test binary through the test harness's writer (`RUST_LOG`, default
+/// `info,kube=warn`); once per process.
+pub fn init_test_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
+            )
+            .with_test_writer()
+            .try_init();
+    });
+}
+
 static SHARED: tokio::sync::OnceCell<TestEnv> = tokio::sync::OnceCell::const_new();
 
 /// The environment shared by every test of this test binary, started on first use.

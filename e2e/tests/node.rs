@@ -24,16 +24,7 @@ use streamjob_e2e::wait::poll_until;
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 async fn env() -> &'static TestEnv {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
-            )
-            .with_test_writer()
-            .try_init();
-    });
+    fixtures::init_test_tracing();
     match fixtures::shared(|| {
         let mut opts = EnvOptions::new(
             env!("CARGO_BIN_EXE_process-kubelet"),

@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Namespace, Pod};
@@ -33,21 +33,8 @@ mod user_images;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-fn init_tracing() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
-            )
-            .with_test_writer()
-            .try_init();
-    });
-}
-
 async fn env() -> &'static TestEnv {
-    init_tracing();
+    fixtures::init_test_tracing();
     match fixtures::shared(|| {
         let mut opts = EnvOptions::new(
             env!("CARGO_BIN_EXE_process-kubelet"),

@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -19,21 +18,8 @@ use streamjob_e2e::wait::poll_until;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-fn init_tracing() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
-            )
-            .with_test_writer()
-            .try_init();
-    });
-}
-
 async fn env() -> &'static TestEnv {
-    init_tracing();
+    fixtures::init_test_tracing();
     match fixtures::shared(|| {
         EnvOptions::new(
             env!("CARGO_BIN_EXE_process-kubelet"),

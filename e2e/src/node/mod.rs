@@ -197,18 +197,11 @@ impl RealNode {
         node.import_duration = t_import.elapsed();
         tracing::info!(images = images.len(), elapsed = ?node.import_duration, "images imported");
 
-        let node_cert = plane.pki.client_cert(
-            "node",
-            &format!("/O=system:nodes/CN=system:node:{NODE_NAME}"),
-        )?;
-        let kubelet_kc = dir.join("kubelet.kubeconfig");
-        write_kubeconfig(
-            &kubelet_kc,
-            &plane.server,
-            &plane.pki.ca.cert,
+        let kubelet_kc = identity_kubeconfig(
+            plane,
+            dir,
             "kubelet",
-            KubeconfigAuth::Cert(&node_cert),
-            None,
+            &format!("/O=system:nodes/CN=system:node:{NODE_NAME}"),
         )?;
         let mut cmd = Command::new(&node.bins.kubelet);
         cmd.arg("--config")
@@ -224,18 +217,7 @@ impl RealNode {
         let kubelet = ManagedProcess::spawn("kubelet", cmd, dir, watchdog)?;
         node.kubelet = Some(kubelet);
 
-        let proxy_cert = plane
-            .pki
-            .client_cert("kube-proxy", "/CN=system:kube-proxy")?;
-        let proxy_kc = dir.join("kube-proxy.kubeconfig");
-        write_kubeconfig(
-            &proxy_kc,
-            &plane.server,
-            &plane.pki.ca.cert,
-            "kube-proxy",
-            KubeconfigAuth::Cert(&proxy_cert),
-            None,
-        )?;
+        let proxy_kc = identity_kubeconfig(plane, dir, "kube-proxy", "/CN=system:kube-proxy")?;
         let proxy_cfg = write(
             "kube-proxy.yaml",
             config::kube_proxy_yaml(NODE_NAME, &proxy_kc),
@@ -343,6 +325,27 @@ impl Drop for RealNode {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A client certificate for `subject` signed by the cluster CA and a kubeconfig using it,
+/// `<dir>/<name>.kubeconfig`.
+fn identity_kubeconfig(
+    plane: &ControlPlane,
+    dir: &Path,
+    name: &str,
+    subject: &str,
+) -> Result<PathBuf> {
+    let cert = plane.pki.client_cert(name, subject)?;
+    let path = dir.join(format!("{name}.kubeconfig"));
+    write_kubeconfig(
+        &path,
+        &plane.server,
+        &plane.pki.ca.cert,
+        name,
+        KubeconfigAuth::Cert(&cert),
+        None,
+    )?;
+    Ok(path)
 }
 
 /// SIGKILLs every process in the memory-hierarchy cgroup `root` and below.
