@@ -8,6 +8,7 @@
 #   bash e2e/scripts/build-images.sh           # build what is missing or stale, print a summary
 #   bash e2e/scripts/build-images.sh --force   # rebuild everything
 #   STREAMJOB_IMAGE_BINARIES=/dir bash e2e/scripts/build-images.sh   # binaries from elsewhere
+#       (a folder laid out like target/debug: the binaries, and the template's in examples/)
 #
 # Images:
 #   streamjob/base-cc:debian12  a distroless-like base (like gcr.io/distroless/cc-debian12:nonroot)
@@ -20,6 +21,13 @@
 #       builds in $CARGO_TARGET_DIR/debug unless STREAMJOB_IMAGE_BINARIES says otherwise; cargo is
 #       never run here), stripped of debug info, in a temporary build context. Each is smoke-tested
 #       (`<binary> --version` on the image's own loader and libraries, as 65532, in an empty netns).
+#   streamjob/job-template:{v1,v2,v3,v2-crashing}  templates/streamjob-job/Dockerfile the same way
+#       (BASE_IMAGE=<the base>, BINARIES=prebuilt, smoke-tested), its window-totals-job being
+#       window-totals-job (v1), examples/upgrade_compatible (v2: changed logic, same state),
+#       examples/upgrade_incompatible (v3: a changed state type) of the same cargo build;
+#       v2-crashing is v2 plus ENV JOB_TEMPLATE_FAIL_AFTER_RECORDS=6000 (a bug shipped in an image),
+#       v2-oom v2 plus ENV JOB_TEMPLATE_ALLOCATE_AFTER_RECORDS=20000 (a memory spike).
+#   streamjob/pause:e2e, streamjob/e2e-probe:e2e  e2e/node/{pause,probe}.c, static, from scratch.
 #
 # Everything lives in ${STREAMJOB_CACHE:-$HOME/.cache/streamjob}/images:
 #   <name>-<tag>.tar                 docker-archive, RepoTags docker.io/streamjob/<name>:<tag>
@@ -234,8 +242,12 @@ esac
 for f in "$BUILDAH" "$MMDEBSTRAP" "$RUNC" "$NFT"; do
   [ -x "$f" ] || die "$f missing: run e2e/scripts/install.sh (node packages $NODE_DEBS_RECIPE)"
 done
-for b in streamjob-runtime streamjob-operator; do
-  [ -x "$BINARIES_DIR/$b" ] || die "$BINARIES_DIR/$b missing: build it first (cargo build -p $b); this script never runs cargo"
+for b in streamjob-runtime streamjob-operator window-totals-job examples/upgrade_compatible examples/upgrade_incompatible; do
+  case "$b" in
+    streamjob-*) how="cargo build -p $b" ;;
+    *) how="cargo build -p streamjob-job-template --bins --examples" ;;
+  esac
+  [ -x "$BINARIES_DIR/$b" ] || die "$BINARIES_DIR/$b missing: build it first ($how); this script never runs cargo"
 done
 for t in unshare strip dpkg-deb apt-get numfmt; do command -v "$t" >/dev/null || die "'$t' not on PATH"; done
 
@@ -346,7 +358,11 @@ ensure_in_storage() {
   run_logged "$3" bh pull "${POLICY[@]}" "docker-archive:$2"
 }
 
+# record IMAGE FILE RESULT T0 : IMAGE's line in the summary (built|cached, seconds since T0) and
+# in the index (its archive FILE)
 SUMMARY=()
+ARCHIVES=()
+record() { SUMMARY+=("$1	$3	$(secs_since "$4")"); ARCHIVES+=("$1	$2"); }
 START_ALL=$(now_ms)
 
 # ---- 1. base ------------------------------------------------------------------------------------
@@ -389,60 +405,85 @@ BASE_KEY="$(
 t0=$(now_ms)
 if stamp_hit "$BASE_FILE" "$BASE_KEY"; then
   log "base: cached ($BASE_FILE)"
-  SUMMARY+=("$BASE_IMAGE	cached	$(secs_since "$t0")")
+  record "$BASE_IMAGE" "$BASE_FILE" cached "$t0"
 else
   : >"$BASE_LOG"
   STEP="base image (log: $BASE_LOG)"
   build_base "$BASE_FILE" "$BASE_KEY" "$BASE_LOG"
-  SUMMARY+=("$BASE_IMAGE	built	$(secs_since "$t0")")
+  record "$BASE_IMAGE" "$BASE_FILE" built "$t0"
 fi
 
-# ---- 1b. the pod sandbox (pause) image ------------------------------------------------------------
-# containerd's sandbox_image (e2e/src/node/config.rs): registry.k8s.io/pause cannot be pulled
-# here, so our own e2e/node/pause.c, static, alone in an image from scratch.
-PAUSE_IMAGE="docker.io/streamjob/pause:$APP_TAG"
-PAUSE_FILE="$IMAGES/pause-$APP_TAG.tar"
-PAUSE_LOG="$CACHE/logs/images-pause-$APP_TAG.log"
-build_pause() {
-  local file="$1" key="$2" logf="$3" ctx="$WORK/pause"
+# ---- 1b. static C programs alone in an image from scratch ----------------------------------------
+# static_image IMAGE SOURCE USER : gcc -static SOURCE as /<name>, the entrypoint, run as USER.
+#   streamjob/pause       containerd's sandbox_image (e2e/src/node/config.rs): registry.k8s.io/pause
+#                         cannot be pulled here, so our own e2e/node/pause.c
+#   streamjob/e2e-probe   the tests' network probe (e2e/node/probe.c: connect, resolve, serve):
+#                         our other images have no shell or client on purpose
+build_static() {
+  local image="$1" file="$2" key="$3" logf="$4" src="$5" user="$6" ctx="$WORK/$(archive_name "$1")"
+  local prog
+  prog="$(basename "$src" .c)"
   mkdir -p "$ctx"
-  run_logged "$logf" gcc -static -Os -s -o "$ctx/pause" "$REPO/e2e/node/pause.c"
+  run_logged "$logf" gcc -static -Os -s -Wall -Werror -o "$ctx/$prog" "$src"
   local ctr
   ctr="$(bh from "${POLICY[@]}" --pull=never scratch 2>>"$logf")" || { tail -n 30 "$logf" >&2; return 1; }
-  run_logged "$logf" bh copy "$ctr" "$ctx/pause" /pause
-  run_logged "$logf" bh config --os linux --arch amd64 --user 65535:65535 --entrypoint '["/pause"]' \
+  run_logged "$logf" bh copy "$ctr" "$ctx/$prog" "/$prog"
+  run_logged "$logf" bh config --os linux --arch amd64 --user "$user" --entrypoint "[\"/$prog\"]" \
     --label "streamjob.e2e/inputs=$key" "$ctr"
-  run_logged "$logf" bh commit "${POLICY[@]}" --format docker --timestamp "$BUILD_EPOCH" --rm "$ctr" "$PAUSE_IMAGE"
-  export_archive "$PAUSE_IMAGE" "$file" "$key" "$logf"
+  run_logged "$logf" bh commit "${POLICY[@]}" --format docker --timestamp "$BUILD_EPOCH" --rm "$ctr" "$image"
+  export_archive "$image" "$file" "$key" "$logf"
+  rm -rf "$ctx"
 }
-PAUSE_KEY="$( { echo "$BUILD_EPOCH $PAUSE_IMAGE"; sha256 "$REPO/e2e/node/pause.c"; gcc --version | head -1; declare -f build_pause export_archive; } | sha256sum | cut -c1-32)"
-t0=$(now_ms)
-if stamp_hit "$PAUSE_FILE" "$PAUSE_KEY"; then
-  log "pause: cached ($PAUSE_FILE)"
-  SUMMARY+=("$PAUSE_IMAGE	cached	$(secs_since "$t0")")
-else
-  : >"$PAUSE_LOG"
-  STEP="pause image (log: $PAUSE_LOG)"
-  build_pause "$PAUSE_FILE" "$PAUSE_KEY" "$PAUSE_LOG"
-  SUMMARY+=("$PAUSE_IMAGE	built	$(secs_since "$t0")")
-fi
+static_image() {
+  local image="$1" src="$2" user="$3" name t0 key
+  name="$(archive_name "$image")"
+  local file="$IMAGES/$name.tar" logf="$CACHE/logs/images-$name.log"
+  key="$( { echo "$BUILD_EPOCH $image $user"; sha256 "$src"; gcc --version | head -1; declare -f build_static export_archive; } | sha256sum | cut -c1-32)"
+  t0=$(now_ms)
+  if stamp_hit "$file" "$key"; then
+    log "$name: cached ($file)"
+    record "$image" "$file" cached "$t0"
+    return 0
+  fi
+  : >"$logf"
+  STEP="$image (log: $logf)"
+  build_static "$image" "$file" "$key" "$logf" "$src" "$user"
+  record "$image" "$file" built "$t0"
+}
+# archive_name IMAGE : docker.io/streamjob/<name>:<tag> -> <name>-<tag> (archive, stamp, log)
+archive_name() { local n="${1#docker.io/streamjob/}"; echo "${n/:/-}"; }
+static_image "docker.io/streamjob/pause:$APP_TAG" "$REPO/e2e/node/pause.c" 65535:65535
+static_image "docker.io/streamjob/e2e-probe:$APP_TAG" "$REPO/e2e/node/probe.c" 65532:65532
 
-# ---- 2. runtime and operator from the Dockerfile -------------------------------------------------
-build_app() {
-  local bin="$1" image="$2" file="$3" key="$4" logf="$5" raw="$6"
-  local ctx="$WORK/$bin/ctx"
-  mkdir -p "$ctx/prebuilt"
-  strip --strip-debug -o "$ctx/prebuilt/$bin" "$raw"
-  rm -f "$raw"
-  log "$bin: $(human "$(stat -c %s "$BINARIES_DIR/$bin")") debug build -> $(human "$(stat -c %s "$ctx/prebuilt/$bin")") stripped of debug info"
+# ---- 2. runtime, operator and the job template's images, from their Dockerfiles ----------------
+# The job template (templates/streamjob-job) as the tags an upgrade test bumps through, each with
+# the template's Dockerfile and one cargo binary as its window-totals-job:
+#   v1           the template's window-totals-job
+#   v2           examples/upgrade_compatible: changed logic, same state
+#   v3           examples/upgrade_incompatible: a changed state type
+#   v2-crashing  v2 plus ENV JOB_TEMPLATE_FAIL_AFTER_RECORDS=6000, a bug shipped in the image (v2
+#                fails once it has processed that many records)
+#   v2-oom       v2 plus ENV JOB_TEMPLATE_ALLOCATE_AFTER_RECORDS=20000: a memory spike, once per
+#                pod, that the container's memory limit kills (OOMKilled)
+TEMPLATE_IMAGE="docker.io/streamjob/job-template"
+TEMPLATE_DOCKERFILE="$REPO/templates/streamjob-job/Dockerfile"
+TEMPLATE_CRASH_ENV="JOB_TEMPLATE_FAIL_AFTER_RECORDS=6000"
+TEMPLATE_OOM_ENV="JOB_TEMPLATE_ALLOCATE_AFTER_RECORDS=20000"
+
+# build_prebuilt IMAGE FILE KEY LOG CTX BIN DOCKERFILE TARGET : DOCKERFILE's stage TARGET (its last
+# stage if empty) with BASE_IMAGE=<the base> and BINARIES=prebuilt, the context CTX a folder holding
+# only prebuilt/BIN; smoke-tested, exported to FILE.
+build_prebuilt() {
+  local image="$1" file="$2" key="$3" logf="$4" ctx="$5" bin="$6" dockerfile="$7" target="$8"
+  local stage=()
+  [ -z "$target" ] || stage=(--target "$target")
   ensure_in_storage "$BASE_IMAGE" "$BASE_FILE" "$logf"
-  # The Dockerfile from the repository, the context a folder holding only the binary: the `build`
-  # stage (rust:1.95-bookworm, not available offline) is skipped as unused.
+  # the `build` stage (rust:1.95-bookworm, not available offline) is skipped as unused
   run_logged "$logf" bh build "${POLICY[@]}" --isolation chroot --pull=never \
     --format docker --timestamp "$BUILD_EPOCH" --layers=false --rm \
     --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg BINARIES=prebuilt \
     --label "streamjob.e2e/inputs=$key" \
-    --target "${bin#streamjob-}" -f "$REPO/Dockerfile" -t "$image" "$ctx"
+    "${stage[@]}" -f "$dockerfile" -t "$image" "$ctx"
   if grep -q 'rust:1.95-bookworm' "$logf"; then
     log "FAILED: buildah touched the unused build stage (rust:1.95-bookworm); see $logf"; return 1
   fi
@@ -458,33 +499,77 @@ build_app() {
   bh rm "$ctr" >/dev/null
   log "$bin: smoke test in $image as 65532: $out"
   export_archive "$image" "$file" "$key" "$logf"
-  echo "$bin	$(stat -c %s "$BINARIES_DIR/$bin")	$(stat -c %s "$ctx/prebuilt/$bin")" >"$STAMPS/$(basename "$file" .tar).binary"
 }
 
-DOCKERFILE_SHA="$(sha256 "$REPO/Dockerfile")"
-for bin in streamjob-runtime streamjob-operator; do
-  name="${bin#streamjob-}"
-  image="docker.io/streamjob/$name:$APP_TAG"
-  file="$IMAGES/$name-$APP_TAG.tar"
-  logf="$CACHE/logs/images-$name-$APP_TAG.log"
+prebuilt_key() { # IMAGE DOCKERFILE TARGET BINARY_SHA256
+  { echo "$APP_RECIPE $BUILD_EPOCH $1 $BASE_KEY $(sha256 "$2") ${3:-<last stage>} $4"
+    declare -f prebuilt_key prebuilt_image build_prebuilt export_archive; } | sha256sum | cut -c1-32
+}
+
+# prebuilt_image IMAGE SRC BIN DOCKERFILE [TARGET] : IMAGE built (build_prebuilt) with the cargo
+# binary SRC, stripped of debug info, as BIN, unless its archive is up to date
+prebuilt_image() {
+  local image="$1" src="$2" bin="$3" dockerfile="$4" target="${5:-}" t0 key name
+  name="$(archive_name "$image")"
+  local file="$IMAGES/$name.tar" logf="$CACHE/logs/images-$name.log" work="$WORK/$name"
   t0=$(now_ms)
-  bin_sha="$(sha256 "$BINARIES_DIR/$bin")"
-  app_key() { { echo "$APP_RECIPE $BUILD_EPOCH $image $BASE_KEY $DOCKERFILE_SHA $1"; declare -f build_app export_archive; } | sha256sum | cut -c1-32; }
-  key="$(app_key "$bin_sha")"
+  key="$(prebuilt_key "$image" "$dockerfile" "$target" "$(sha256 "$src")")"
   if stamp_hit "$file" "$key"; then
     log "$name: cached ($file)"
-    SUMMARY+=("$image	cached	$(secs_since "$t0")")
-    continue
+    record "$image" "$file" cached "$t0"
+    return 0
   fi
   : >"$logf"
-  # a private copy (cargo may replace the binary meanwhile); the key is the copy's content
-  mkdir -p "$WORK/$bin"
-  cp "$BINARIES_DIR/$bin" "$WORK/$bin/raw"
-  key="$(app_key "$(sha256 "$WORK/$bin/raw")")"
   STEP="$image (log: $logf)"
-  build_app "$bin" "$image" "$file" "$key" "$logf" "$WORK/$bin/raw"
-  SUMMARY+=("$image	built	$(secs_since "$t0")")
+  # a private copy (cargo may replace the binary meanwhile); the key is the copy's content
+  mkdir -p "$work/ctx/prebuilt"
+  cp "$src" "$work/raw"
+  key="$(prebuilt_key "$image" "$dockerfile" "$target" "$(sha256 "$work/raw")")"
+  strip --strip-debug -o "$work/ctx/prebuilt/$bin" "$work/raw"
+  log "$name: ${src#"$BINARIES_DIR"/} $(human "$(stat -c %s "$work/raw")") debug build -> $(human "$(stat -c %s "$work/ctx/prebuilt/$bin")") stripped of debug info"
+  build_prebuilt "$image" "$file" "$key" "$logf" "$work/ctx" "$bin" "$dockerfile" "$target"
+  echo "${src#"$BINARIES_DIR"/}	$(stat -c %s "$work/raw")	$(stat -c %s "$work/ctx/prebuilt/$bin")" >"$STAMPS/$name.binary"
+  rm -rf "$work"
+  record "$image" "$file" built "$t0"
+}
+
+# derived_image IMAGE FROM LINE... : IMAGE from a generated Containerfile, `FROM <FROM>` (an image
+# built above) and the LINEs (no RUN: nothing executes), unless its archive is up to date
+derived_image() {
+  local image="$1" from="$2" t0 key from_key name containerfile
+  shift 2
+  name="$(archive_name "$image")"
+  local file="$IMAGES/$name.tar" logf="$CACHE/logs/images-$name.log" ctx="$WORK/$name"
+  t0=$(now_ms)
+  containerfile="$(printf '%s\n' "FROM $from" "$@")"
+  read -r from_key _ <"$STAMPS/$(archive_name "$from")"
+  key="$( { echo "$APP_RECIPE $BUILD_EPOCH $image $from_key"; echo "$containerfile"; declare -f derived_image export_archive; } | sha256sum | cut -c1-32)"
+  if stamp_hit "$file" "$key"; then
+    log "$name: cached ($file)"
+    record "$image" "$file" cached "$t0"
+    return 0
+  fi
+  : >"$logf"
+  STEP="$image (log: $logf)"
+  mkdir -p "$ctx"
+  echo "$containerfile" >"$ctx/Containerfile"
+  ensure_in_storage "$from" "$IMAGES/$(archive_name "$from").tar" "$logf"
+  run_logged "$logf" bh build "${POLICY[@]}" --isolation chroot --pull=never \
+    --format docker --timestamp "$BUILD_EPOCH" --layers=false --rm \
+    --label "streamjob.e2e/inputs=$key" -f "$ctx/Containerfile" -t "$image" "$ctx"
+  export_archive "$image" "$file" "$key" "$logf"
+  rm -rf "$ctx"
+  record "$image" "$file" built "$t0"
+}
+
+for bin in streamjob-runtime streamjob-operator; do
+  prebuilt_image "docker.io/streamjob/${bin#streamjob-}:$APP_TAG" "$BINARIES_DIR/$bin" "$bin" "$REPO/Dockerfile" "${bin#streamjob-}"
 done
+prebuilt_image "$TEMPLATE_IMAGE:v1" "$BINARIES_DIR/window-totals-job" window-totals-job "$TEMPLATE_DOCKERFILE"
+prebuilt_image "$TEMPLATE_IMAGE:v2" "$BINARIES_DIR/examples/upgrade_compatible" window-totals-job "$TEMPLATE_DOCKERFILE"
+prebuilt_image "$TEMPLATE_IMAGE:v3" "$BINARIES_DIR/examples/upgrade_incompatible" window-totals-job "$TEMPLATE_DOCKERFILE"
+derived_image "$TEMPLATE_IMAGE:v2-crashing" "$TEMPLATE_IMAGE:v2" "ENV $TEMPLATE_CRASH_ENV"
+derived_image "$TEMPLATE_IMAGE:v2-oom" "$TEMPLATE_IMAGE:v2" "ENV $TEMPLATE_OOM_ENV"
 
 STEP="index"
 # leftover containers (buildah build keeps its stages' ones) and unnamed images (build stages,
@@ -493,9 +578,8 @@ STEP="index"
 
 # ---- 3. index and summary ------------------------------------------------------------------------
 {
-  for pair in "$BASE_IMAGE:$BASE_FILE" "$PAUSE_IMAGE:$PAUSE_FILE" "docker.io/streamjob/runtime:$APP_TAG:$IMAGES/runtime-$APP_TAG.tar" \
-              "docker.io/streamjob/operator:$APP_TAG:$IMAGES/operator-$APP_TAG.tar"; do
-    file="${pair##*:}"; image="${pair%:*}"
+  for entry in "${ARCHIVES[@]}"; do
+    IFS=$'\t' read -r image file <<<"$entry"
     read -r _ size sha <"$STAMPS/$(basename "$file" .tar)"
     printf '%s\t%s\t%s\tsha256:%s\n' "${image#docker.io/}" "$file" "$size" "$sha"
   done

@@ -6,8 +6,10 @@
 #     host lacks is unpacked beside them (LD_LIBRARY_PATH in the env file); a binary that still
 #     misses one fails the install, naming it.
 #   - kubelet and kube-proxy from the control plane's Kubernetes module (build_k8s in install.sh).
+#   - CoreDNS, the cluster DNS: e2e/node/coredns (upstream's main with only the plugins we use),
+#     built from its checked-in go.mod/go.sum.
 #
-# Uses install.sh's CACHE, log, build_one, build_k8s, FAILED.
+# Uses install.sh's CACHE, ROOT, log, build_one, build_k8s, FAILED.
 
 # ---- pins -------------------------------------------------------------------------------------
 # Debian 12 (bookworm) package versions. A pin the archive no longer serves fails loudly in
@@ -28,6 +30,11 @@ NODE_DEBS=(
 )
 NODE_DEBS_RECIPE="r1"
 NODE_ROOT="$CACHE/bin/node-debs-$NODE_DEBS_RECIPE"
+COREDNS_VERSION="v1.15.0"         # github.com/coredns/coredns, required by e2e/node/coredns/go.mod (the same)
+# Bump when build_coredns's flags change. The cache key also hashes e2e/node/coredns's go.mod and
+# main.go, so an edited plugin list or dependency is rebuilt.
+COREDNS_RECIPE="r1"
+COREDNS_BUILD="$COREDNS_VERSION-$COREDNS_RECIPE-$(cat "$ROOT/e2e/node/coredns/go.mod" "$ROOT/e2e/node/coredns/main.go" | sha256sum | cut -c1-8)"
 # ------------------------------------------------------------------------------------------------
 
 install_node_debs() {
@@ -74,12 +81,24 @@ install_node_debs() {
 build_kubelet() { build_k8s kubelet "$1"; }
 build_kube_proxy() { build_k8s kube-proxy "$1"; }
 
+# CoreDNS: our module's go.sum is complete, so no -mod=mod (GOFLAGS' default -mod=readonly).
+build_coredns() {
+  local out="$1" src="$ROOT/e2e/node/coredns"
+  if ! grep -q "^require github.com/coredns/coredns $COREDNS_VERSION\$" "$src/go.mod"; then
+    echo "e2e/node/coredns/go.mod does not require github.com/coredns/coredns $COREDNS_VERSION" >&2
+    return 1
+  fi
+  (cd "$src" && go build -trimpath -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_BUILD" -o "$out" .)
+}
+
 install_node_debs || true
 build_one kubelet "$KUBERNETES_VERSION-$KUBERNETES_RECIPE" kubelet build_kubelet
 build_one kube-proxy "$KUBERNETES_VERSION-$KUBERNETES_RECIPE" kube-proxy build_kube_proxy
+build_one coredns "$COREDNS_BUILD" coredns build_coredns
 
 node_env() {
   echo "export STREAMJOB_E2E_NODE_ROOT='$NODE_ROOT/root'"
   echo "export STREAMJOB_E2E_KUBELET='$CACHE/bin/kubelet-$KUBERNETES_VERSION-$KUBERNETES_RECIPE/kubelet'"
   echo "export STREAMJOB_E2E_KUBE_PROXY='$CACHE/bin/kube-proxy-$KUBERNETES_VERSION-$KUBERNETES_RECIPE/kube-proxy'"
+  echo "export STREAMJOB_E2E_COREDNS='$CACHE/bin/coredns-$COREDNS_BUILD/coredns'"
 }

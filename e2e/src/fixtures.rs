@@ -102,6 +102,17 @@ pub struct TestEnv {
     _watchdog: Watchdog,
 }
 
+/// Logs of one of the harness's programs (`src/bin/`) to stderr: `RUST_LOG`, else `default`.
+pub fn init_process_tracing(default: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 /// Logs of a test binary through the test harness's writer (`RUST_LOG`, default
 /// `info,kube=warn`); once per process.
 pub fn init_test_tracing() {
@@ -223,8 +234,14 @@ impl TestEnv {
         let client = plane.client().await?;
         let (kubelet, real_node) = match &opts.real_node_images {
             Some(images) => {
-                let node =
-                    RealNode::start(&plane, &run_dir.join("node"), images, Some(&watchdog)).await?;
+                let node = RealNode::start(
+                    &plane,
+                    &run_dir.join("node"),
+                    images,
+                    &opts.kubelet_binary.with_file_name("netpol-agent"),
+                    Some(&watchdog),
+                )
+                .await?;
                 (None, Some(node))
             }
             None => {

@@ -18,13 +18,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    streamjob_e2e::fixtures::init_process_tracing("info,kube=warn");
     let args = Args::parse();
     let exe = std::env::current_exe().context("current_exe")?;
     let dir = exe.parent().context("exe has no folder")?;

@@ -27,13 +27,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    streamjob_e2e::fixtures::init_process_tracing("info");
     let args = Args::parse();
     let dir = tempfile::tempdir().context("temporary folder")?;
     // the watchdog stops the broker's JVM even if this process is killed

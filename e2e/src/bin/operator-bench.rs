@@ -53,13 +53,7 @@ struct Args {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    streamjob_e2e::fixtures::init_process_tracing("warn");
     let args = Args::parse();
     let jobs = args.jobs.unwrap_or(if args.quick { 200 } else { 1000 });
     let records: u64 = if args.quick { 45_000 } else { 60_000 };

@@ -19,13 +19,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    streamjob_e2e::fixtures::init_process_tracing("info");
     let args = Args::parse();
     let cfg = streamjob_e2e::kubelet::KubeletConfig::read(&args.config)
         .with_context(|| format!("reading {}", args.config.display()))?;

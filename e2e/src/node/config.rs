@@ -118,6 +118,8 @@ authentication:
   x509: {{clientCAFile: "{ca}"}}
 authorization: {{mode: Webhook}}
 resolvConf: "{resolv}"
+clusterDNS: ["{dns}"]
+clusterDomain: "{domain}"
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {{memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}}
@@ -130,6 +132,8 @@ shutdownGracePeriod: 0s
         ip = l.ip,
         ca = l.client_ca.display(),
         resolv = resolv_conf.display(),
+        dns = super::dns::CLUSTER_DNS_IP,
+        domain = super::dns::CLUSTER_DOMAIN,
     )
 }
 

@@ -14,6 +14,14 @@ pub const RUNTIME: (&str, &str) = ("streamjob/runtime", "e2e");
 /// The operator image (Dockerfile target `operator`).
 pub const OPERATOR: (&str, &str) = ("streamjob/operator", "e2e");
 
+/// The job template's image (`templates/streamjob-job/Dockerfile`), tags `v1`, `v2`,
+/// `v2-crashing`, `v3` (see `e2e/tests/operator/user_images.rs` for what each changes) and
+/// `v2-oom` (v2 with `JOB_TEMPLATE_ALLOCATE_AFTER_RECORDS=20000`: a memory spike once per pod).
+pub const JOB_TEMPLATE: &str = "streamjob/job-template";
+
+/// The e2e network probe (`e2e/node/probe.c`): connect, resolve, serve.
+pub const PROBE: (&str, &str) = ("streamjob/e2e-probe", "e2e");
+
 /// The index the build script writes.
 pub fn index_path() -> PathBuf {
     crate::binaries::cache_dir()

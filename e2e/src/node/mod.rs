@@ -13,7 +13,9 @@
 //! ```
 
 pub mod config;
+pub mod dns;
 pub mod images;
+pub mod netpol;
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -70,7 +72,7 @@ impl Namespace {
 }
 
 /// Paths of the node's programs (install.sh's env file: `STREAMJOB_E2E_NODE_ROOT`, `…_KUBELET`,
-/// `…_KUBE_PROXY`).
+/// `…_KUBE_PROXY`, `…_COREDNS`).
 #[derive(Debug, Clone)]
 pub struct NodeBinaries {
     /// The unpacked Debian packages (containerd, runc, CNI plugins, nft, conntrack).
@@ -79,6 +81,8 @@ pub struct NodeBinaries {
     pub kubelet: PathBuf,
     /// kube-proxy.
     pub kube_proxy: PathBuf,
+    /// CoreDNS.
+    pub coredns: PathBuf,
 }
 
 impl NodeBinaries {
@@ -89,6 +93,7 @@ impl NodeBinaries {
             packages: get("STREAMJOB_E2E_NODE_ROOT")?,
             kubelet: get("STREAMJOB_E2E_KUBELET")?,
             kube_proxy: get("STREAMJOB_E2E_KUBE_PROXY")?,
+            coredns: get("STREAMJOB_E2E_COREDNS")?,
         })
     }
 
@@ -115,9 +120,12 @@ impl NodeBinaries {
     }
 }
 
-/// A running node: containerd, kubelet and kube-proxy, stopped in reverse order.
+/// A running node: containerd, kubelet, kube-proxy and the NetworkPolicy agent, stopped in
+/// reverse order.
 #[derive(Debug)]
 pub struct RealNode {
+    coredns: Option<ManagedProcess>,
+    netpol_agent: Option<ManagedProcess>,
     kube_proxy: Option<ManagedProcess>,
     kubelet: Option<ManagedProcess>,
     containerd: Option<ManagedProcess>,
@@ -129,15 +137,19 @@ pub struct RealNode {
     pub start_duration: Duration,
     /// Time spent importing the images into containerd.
     pub import_duration: Duration,
+    /// The NetworkPolicy table the agent applied last (`nft` syntax).
+    pub netpol_applied: PathBuf,
 }
 
 impl RealNode {
     /// Starts containerd, imports `images` (archives `ctr images import` reads), starts the
-    /// kubelet and kube-proxy, and waits until the Node is Ready without a not-ready taint.
+    /// kubelet, kube-proxy and the NetworkPolicy agent (`netpol_agent`, the workspace's
+    /// `netpol-agent` binary), and waits until the Node is Ready without a not-ready taint.
     pub async fn start(
         plane: &ControlPlane,
         dir: &Path,
         images: &[PathBuf],
+        netpol_agent: &Path,
         watchdog: Option<&Watchdog>,
     ) -> Result<Self> {
         let t0 = Instant::now();
@@ -159,11 +171,14 @@ impl RealNode {
         };
         let containerd_cfg = write("containerd.toml", config::containerd_toml(&layout))?;
         write("cni/10-streamjob.conflist", config::cni_conflist())?;
-        // Pods get the cluster's resolver once CoreDNS runs; until then nothing resolves.
+        // The node's own resolver (pods with dnsPolicy Default): none reachable here, so an
+        // address that answers nothing rather than the host's resolv.conf.
         let resolv = write("resolv.conf", "nameserver 127.0.0.1\n".into())?;
         let kubelet_cfg = write("kubelet.yaml", config::kubelet_yaml(&layout, &resolv))?;
 
         let mut node = Self {
+            coredns: None,
+            netpol_agent: None,
             kube_proxy: None,
             kubelet: None,
             containerd: None,
@@ -172,6 +187,7 @@ impl RealNode {
             dir: dir.to_path_buf(),
             start_duration: Duration::ZERO,
             import_duration: Duration::ZERO,
+            netpol_applied: dir.join("netpol.nft"),
         };
 
         let mut cmd = Command::new(node.bins.packages.join("usr/bin/containerd"));
@@ -227,7 +243,52 @@ impl RealNode {
         node.bins.apply_env(&mut cmd);
         node.kube_proxy = Some(ManagedProcess::spawn("kube-proxy", cmd, dir, watchdog)?);
 
-        let nodes: Api<Node> = Api::all(plane.client().await?);
+        let client = plane.client().await?;
+        let agent_kc = identity_kubeconfig(plane, dir, "netpol-agent", NETPOL_AGENT_USER_SUBJECT)?;
+        grant_cluster_read(
+            &client,
+            NETPOL_AGENT_USER,
+            &[
+                ("", &["pods", "namespaces"][..]),
+                ("networking.k8s.io", &["networkpolicies"][..]),
+            ],
+        )
+        .await?;
+        let mut cmd = Command::new(netpol_agent);
+        cmd.arg("--kubeconfig")
+            .arg(&agent_kc)
+            .arg("--nft")
+            .arg(node.bins.packages.join("usr/sbin/nft"))
+            .arg("--applied")
+            .arg(&node.netpol_applied);
+        node.bins.apply_env(&mut cmd);
+        node.netpol_agent = Some(ManagedProcess::spawn("netpol-agent", cmd, dir, watchdog)?);
+
+        // CoreDNS before the node is Ready: the first pod already resolves Services
+        let dns_kc = identity_kubeconfig(plane, dir, "coredns", &format!("/CN={}", dns::USER))?;
+        grant_cluster_read(&client, dns::USER, &dns::READS).await?;
+        let corefile = write("Corefile", dns::corefile(node.ns.node_ip, &dns_kc))?;
+        let mut cmd = Command::new(&node.bins.coredns);
+        cmd.arg("-conf").arg(&corefile);
+        let coredns = ManagedProcess::spawn("coredns", cmd, dir, watchdog)?;
+        node.coredns = Some(coredns);
+        dns::publish(&client, node.ns.node_ip).await?;
+        let ready = format!("http://{}/ready", dns::READY_ADDR);
+        poll_until(
+            "CoreDNS ready (its kubernetes plugin synced)",
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async {
+                node.check_running()?;
+                let ok = reqwest::get(&ready)
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                Ok(ok.then_some(()))
+            },
+        )
+        .await?;
+
+        let nodes: Api<Node> = Api::all(client);
         poll_until(
             "real node Ready without not-ready taint",
             Duration::from_secs(90),
@@ -246,15 +307,22 @@ impl RealNode {
         Ok(node)
     }
 
-    /// Fails when containerd, the kubelet or kube-proxy has exited.
+    /// The node's programs that are running, in start order.
+    fn processes(&self) -> impl Iterator<Item = &ManagedProcess> {
+        [
+            &self.containerd,
+            &self.kubelet,
+            &self.kube_proxy,
+            &self.netpol_agent,
+            &self.coredns,
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// Fails when one of the node's programs has exited.
     pub fn check_running(&self) -> Result<()> {
-        for p in [&self.containerd, &self.kubelet, &self.kube_proxy]
-            .into_iter()
-            .flatten()
-        {
-            p.check_running()?;
-        }
-        Ok(())
+        self.processes().try_for_each(ManagedProcess::check_running)
     }
 
     /// The node's address.
@@ -264,9 +332,7 @@ impl RealNode {
 
     /// Process ids of the node's programs (for resource figures).
     pub fn pids(&self) -> Vec<(String, u32)> {
-        [&self.containerd, &self.kubelet, &self.kube_proxy]
-            .into_iter()
-            .flatten()
+        self.processes()
             .map(|p| (p.name().to_string(), p.pid()))
             .collect()
     }
@@ -306,9 +372,14 @@ impl RealNode {
     /// Stops kube-proxy and the kubelet, kills every container process (everything in the pods'
     /// cgroups, then containerd's shims), and stops containerd. Idempotent.
     pub fn stop(&mut self) {
-        for p in [self.kube_proxy.take(), self.kubelet.take()]
-            .into_iter()
-            .flatten()
+        for p in [
+            self.coredns.take(),
+            self.netpol_agent.take(),
+            self.kube_proxy.take(),
+            self.kubelet.take(),
+        ]
+        .into_iter()
+        .flatten()
         {
             let mut p = p;
             p.stop();
@@ -325,6 +396,45 @@ impl Drop for RealNode {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The NetworkPolicy agent's user name and certificate subject.
+const NETPOL_AGENT_USER: &str = "system:streamjob-e2e:netpol-agent";
+const NETPOL_AGENT_USER_SUBJECT: &str = "/CN=system:streamjob-e2e:netpol-agent";
+
+/// Lets `user` get, list and watch `resources` (API group, names) cluster-wide: a ClusterRole and
+/// its binding, both named after the user, applied server-side.
+pub(crate) async fn grant_cluster_read(
+    client: &kube::Client,
+    user: &str,
+    resources: &[(&str, &[&str])],
+) -> Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Patch, PatchParams};
+    let rules: Vec<serde_json::Value> = resources
+        .iter()
+        .map(|(group, names)| {
+            serde_json::json!({"apiGroups": [group], "resources": names, "verbs": ["get", "list", "watch"]})
+        })
+        .collect();
+    let role = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": user}, "rules": rules,
+    });
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    });
+    let pp = PatchParams::apply("streamjob-e2e").force();
+    Api::<ClusterRole>::all(client.clone())
+        .patch(user, &pp, &Patch::Apply(&role))
+        .await?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(user, &pp, &Patch::Apply(&binding))
+        .await?;
+    Ok(())
 }
 
 /// A client certificate for `subject` signed by the cluster CA and a kubeconfig using it,

@@ -5,6 +5,11 @@
 //! `JOB_TEMPLATE_FAIL_AFTER_RECORDS=<n>` makes this build fail after processing `n` records in a
 //! process: the end-to-end tests use it to stand for a bug that shows only in production (a new
 //! version that crashes after it has written output), which the operator must roll back.
+//!
+//! `JOB_TEMPLATE_ALLOCATE_AFTER_RECORDS=<n>` makes it allocate memory after `n` records until the
+//! container's memory limit kills it (OOMKilled), once per pod: a marker in `/tmp` (the pod's
+//! emptyDir, which outlives the container) keeps the restarted container from doing it again.
+//! The tests use it for a memory spike the job must survive exactly once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,6 +33,28 @@ struct WindowTotalV2 {
 struct WindowTotalsV2 {
     inner: WindowTotals,
     fail_after: Option<u64>,
+    allocate_after: Option<u64>,
+}
+
+/// Where the memory spike leaves its mark (see the module's documentation).
+const SPIKE_MARKER: &str = "/tmp/job-template-memory-spike";
+/// Past this, no memory limit is enforced: fail loudly instead of eating the node.
+const SPIKE_CAP_BYTES: usize = 8 << 30;
+
+/// Allocates and touches memory in 64 MiB blocks until the kernel kills the process; an error
+/// if `SPIKE_CAP_BYTES` is reached first.
+fn memory_spike() -> Result<()> {
+    std::fs::write(SPIKE_MARKER, b"")
+        .map_err(|e| Error::Other(format!("write {SPIKE_MARKER}: {e}")))?;
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    while held.len() * (64 << 20) < SPIKE_CAP_BYTES {
+        held.push(vec![1u8; 64 << 20]);
+        std::hint::black_box(&held);
+    }
+    Err(Error::Other(format!(
+        "allocated {} GiB and was not killed: no memory limit (JOB_TEMPLATE_ALLOCATE_AFTER_RECORDS)",
+        SPIKE_CAP_BYTES >> 30
+    )))
 }
 
 /// Records processed by this process (all subtasks).
@@ -43,6 +70,11 @@ impl KeyedFunction for WindowTotalsV2 {
             return Err(Error::Other(format!(
                 "revision 2 fails after {n} records (JOB_TEMPLATE_FAIL_AFTER_RECORDS)"
             )));
+        }
+        if self.allocate_after.is_some_and(|limit| n > limit)
+            && !std::path::Path::new(SPIKE_MARKER).exists()
+        {
+            memory_spike()?;
         }
         let (start, end) = self.inner.window_of(cx.timestamp());
         if let Some(watermark) = cx.current_watermark().filter(|wm| end <= *wm) {
@@ -76,17 +108,22 @@ impl KeyedFunction for WindowTotalsV2 {
     }
 }
 
+/// A record count from the environment variable `name`, if set.
+fn records_from_env(name: &str) -> Result<Option<u64>> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|e| Error::Other(format!("{name}={v:?}: {e}"))),
+        Err(_) => Ok(None),
+    }
+}
+
 fn setup(setup: &mut Setup<'_>) -> Result<WindowTotalsV2> {
-    let fail_after = match std::env::var("JOB_TEMPLATE_FAIL_AFTER_RECORDS") {
-        Ok(v) => Some(
-            v.parse()
-                .map_err(|e| Error::Other(format!("JOB_TEMPLATE_FAIL_AFTER_RECORDS={v:?}: {e}")))?,
-        ),
-        Err(_) => None,
-    };
     Ok(WindowTotalsV2 {
         inner: WindowTotals::setup(setup)?,
-        fail_after,
+        fail_after: records_from_env("JOB_TEMPLATE_FAIL_AFTER_RECORDS")?,
+        allocate_after: records_from_env("JOB_TEMPLATE_ALLOCATE_AFTER_RECORDS")?,
     })
 }
 
