@@ -16,6 +16,8 @@
 #     --build-arg BINARIES=prebuilt -f Dockerfile <folder with prebuilt/streamjob-runtime>
 ARG BASE_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 ARG BINARIES=build
+ARG CHECKER_BASE_IMAGE=busybox:1.37
+ARG CHECKER_FILES=flink-checker-build
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
@@ -64,6 +66,12 @@ RUN for v in 1.20.0 2.3.0; do \
    && mkdir -p /out/${v%.*} && cp -R /flink-$v/checker/. /out/${v%.*}/ ; \
     done
 
-FROM busybox:1.37 AS flink-checker
-COPY --from=flink-checker-build /out /opt/streamjob/flink-checker
+# What goes into the image: built above (CHECKER_FILES=flink-checker-build, the default) or the
+# folder prebuilt-checker/<major.minor>/ of the build context (CHECKER_FILES=flink-checker-prebuilt,
+# what e2e/scripts/build-images.sh passes, with CHECKER_BASE_IMAGE=its JRE image: any base with cp).
+FROM scratch AS flink-checker-prebuilt
+COPY prebuilt-checker /out
+FROM ${CHECKER_FILES} AS flink-checker-files
+FROM ${CHECKER_BASE_IMAGE} AS flink-checker
+COPY --from=flink-checker-files /out /opt/streamjob/flink-checker
 USER 65532:65532

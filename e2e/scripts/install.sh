@@ -242,6 +242,17 @@ for FLINK_VERSION in "${FLINK_VERSIONS[@]}"; do
       FAILED+=("flink-$FLINK_VERSION-metrics-prometheus")
     fi
   fi
+  # the S3 file system (Hadoop's S3A, the one whose writer Flink's FileSink can resume), where the
+  # distribution keeps optional plugins: opt/, enabled by ENABLE_BUILT_IN_PLUGINS (the Flink base
+  # image built by build-images.sh; the real node's Flink jobs keep state and output on MinIO)
+  S3_PLUGIN="$FLINK_DIR/opt/flink-s3-fs-hadoop-$FLINK_VERSION.jar"
+  if [ ! -f "$S3_PLUGIN" ]; then
+    if ! mvn -B -q dependency:copy -Dartifact="org.apache.flink:flink-s3-fs-hadoop:$FLINK_VERSION" \
+        -DoutputDirectory="$(dirname "$S3_PLUGIN")" >>"$CACHE/logs/flink-$FLINK_VERSION.log" 2>&1; then
+      tail -n 30 "$CACHE/logs/flink-$FLINK_VERSION.log" >&2 || true
+      FAILED+=("flink-$FLINK_VERSION-s3-fs-hadoop")
+    fi
+  fi
   if ! bash "$ROOT/flink/build.sh" "$FLINK_DIR" 2>>"$CACHE/logs/flink-$FLINK_VERSION.log"; then
     tail -n 30 "$CACHE/logs/flink-$FLINK_VERSION.log" >&2 || true
     FAILED+=("flink-$FLINK_VERSION-checker")

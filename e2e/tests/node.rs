@@ -9,7 +9,8 @@
 //!    root, `kubectl logs`/`exec`; b. a missing image reported and refused at the pre-check;
 //! c. NetworkPolicy enforced both ways, Services through CoreDNS, `port-forward`;
 //! d. the job template's images: a crashing image rolled back, an image bump promoted;
-//! e. Shadow, suspend/resume, `kubectl scale`; f. an OOMKilled runtime container recovered.
+//! e. Shadow, suspend/resume, `kubectl scale`; f. an OOMKilled runtime container recovered;
+//! g. a Flink job on the Flink base image, on S3, upgraded in place (`node/flink.rs`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -26,6 +27,9 @@ use streamjob_e2e::scenario::{
     install_operator, phase, promoted, read_output, sj_api, status,
 };
 use streamjob_e2e::wait::poll_until;
+
+#[path = "node/flink.rs"]
+mod flink;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -69,6 +73,8 @@ async fn operator(env: &'static TestEnv) -> &'static str {
                 "logFormat=text",
                 &format!("image.repository={}", images::OPERATOR.0),
                 &format!("image.tag={}", images::OPERATOR.1),
+                &format!("flink.checkerImage.repository={}", images::FLINK_CHECKER.0),
+                &format!("flink.checkerImage.tag={}", images::FLINK_CHECKER.1),
             ],
             TIMEOUT,
         )

@@ -47,7 +47,7 @@ fn main() -> ExitCode {
         "soak" => soak(rest),
         "bench" => bench(rest),
         "fuzz" => fuzz(rest),
-        "ci" => lint().and_then(|()| test()),
+        "ci" => ci(),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())
@@ -519,6 +519,51 @@ fn kafka_bench(quick: bool, release: bool) -> Result<(), String> {
 }
 
 /// Unit and integration tests, the end-to-end suite, then the short soak (16 faults).
+/// What `.ci/run` does: lint, then every test. `e2e/scripts/install.sh` (downloads and Go builds
+/// of the pinned tools: ≈16 minutes on a fresh cache, seconds on a warm one) runs beside the lint
+/// (clippy's build shares nothing with it), its output in a log; the tests wait for it.
+fn ci() -> Result<(), String> {
+    let log = cache_dir().join("logs").join("install-ci.log");
+    fs::create_dir_all(cache_dir().join("logs"))
+        .map_err(|e| format!("cannot create {}: {e}", cache_dir().display()))?;
+    let file = fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let err = file
+        .try_clone()
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut install = Command::new("bash");
+    install
+        .arg(root().join("e2e/scripts/install.sh"))
+        .current_dir(root())
+        .stdout(file)
+        .stderr(err);
+    eprintln!(
+        "+ {} (beside the lint; output in {})",
+        shown(&install),
+        log.display()
+    );
+    let mut child = install
+        .spawn()
+        .map_err(|e| format!("cannot start install.sh: {e}"))?;
+    let linted = lint();
+    let installed = child.wait();
+    linted?;
+    match installed {
+        Ok(status) if status.success() => eprintln!("install.sh: done ({})", log.display()),
+        Ok(status) => {
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(format!(
+                "install.sh exited with {status} (log {}):\n{}",
+                log.display(),
+                tail.join("\n")
+            ));
+        }
+        Err(e) => return Err(format!("install.sh: {e}")),
+    }
+    test()
+}
+
 fn test() -> Result<(), String> {
     unit()?;
     e2e()?;

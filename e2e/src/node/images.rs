@@ -22,6 +22,25 @@ pub const JOB_TEMPLATE: &str = "streamjob/job-template";
 /// The e2e network probe (`e2e/node/probe.c`): connect, resolve, serve.
 pub const PROBE: (&str, &str) = ("streamjob/e2e-probe", "e2e");
 
+/// The Flink test job's image (`flink/testjob/Dockerfile` FROM our Flink base image), tags
+/// `<version>` and `<version>-r2` (the same job, another image).
+pub const FLINK_TEST_JOB: &str = "streamjob/flink-testjob";
+
+/// The flink-checker image (the Dockerfile's `flink-checker` target).
+pub const FLINK_CHECKER: (&str, &str) = ("streamjob/flink-checker", "e2e");
+
+/// Images the script builds that the node does not import: bases other images are built FROM
+/// (their layers arrive with those images) and the Flink 1.20 images (the node tests run Flink
+/// 2.3; 1.20 runs on the process kubelet). Each archive holds all of its image's layers, so every
+/// import costs its full size.
+const NOT_ON_THE_NODE: &[&str] = &[
+    "streamjob/base-cc:",
+    "streamjob/jre:",
+    "streamjob/flink:",
+    "streamjob/flink-testjob-v2:",
+    ":1.20.0",
+];
+
 /// The index the build script writes.
 pub fn index_path() -> PathBuf {
     crate::binaries::cache_dir()
@@ -29,7 +48,7 @@ pub fn index_path() -> PathBuf {
         .join("index.tsv")
 }
 
-/// Every image archive of the index, in its order.
+/// The archive of every image of the index the node imports, in its order.
 pub fn archives() -> Result<Vec<PathBuf>> {
     let path = index_path();
     let text = std::fs::read_to_string(&path).map_err(|e| {
@@ -40,6 +59,7 @@ pub fn archives() -> Result<Vec<PathBuf>> {
     })?;
     parse_index(&text)
         .into_iter()
+        .filter(|(name, _)| on_the_node(name))
         .map(|(name, archive)| {
             if archive.is_file() {
                 Ok(archive)
@@ -51,6 +71,16 @@ pub fn archives() -> Result<Vec<PathBuf>> {
             }
         })
         .collect()
+}
+
+fn on_the_node(name: &str) -> bool {
+    !NOT_ON_THE_NODE.iter().any(|n| match n.strip_prefix(':') {
+        // a tag, and the tags derived from it (`1.20.0-r2`)
+        Some(tag) => name
+            .rsplit_once(':')
+            .is_some_and(|(_, t)| t == tag || t.starts_with(&format!("{tag}-"))),
+        None => name.starts_with(n),
+    })
 }
 
 fn parse_index(text: &str) -> Vec<(String, PathBuf)> {
@@ -66,6 +96,27 @@ fn parse_index(text: &str) -> Vec<(String, PathBuf)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bases_and_flink_1_20_stay_off_the_node() {
+        for name in [
+            "streamjob/jre:17-debian12",
+            "streamjob/flink:2.3.0",
+            "streamjob/flink-testjob:1.20.0",
+            "streamjob/flink-testjob:1.20.0-r2",
+            "streamjob/flink-testjob-v2:2.3.0",
+        ] {
+            assert!(!on_the_node(name), "{name}");
+        }
+        for name in [
+            "streamjob/flink-testjob:2.3.0",
+            "streamjob/flink-testjob:2.3.0-r2",
+            "streamjob/flink-checker:e2e",
+            "streamjob/runtime:e2e",
+        ] {
+            assert!(on_the_node(name), "{name}");
+        }
+    }
 
     #[test]
     fn index_lines_give_name_and_archive() {
