@@ -301,7 +301,8 @@ async fn dispatch(cli: Cli, registry: Registry) -> ExitCode {
                 Error::Manifest(_)
                 | Error::Plan { .. }
                 | Error::Unsupported(_)
-                | Error::Rewind { .. } => ExitCode::from(exit::INVALID),
+                | Error::Rewind { .. }
+                | Error::NoConditionalWrites { .. } => ExitCode::from(exit::INVALID),
                 _ => ExitCode::from(1),
             }
         }

@@ -97,6 +97,13 @@ pub enum Error {
     #[error("refusing to restore {path}: {reason}")]
     Rewind { path: String, reason: String },
 
+    /// The store under the checkpoint directory does not honour create-only writes
+    /// (`If-None-Match: *`), which fencing relies on: the job refuses to run there.
+    #[error(
+        "{dir}: {what}, so this store ignores conditional writes (If-None-Match: *); fencing relies on them (two runs of the job could both commit output), so the job does not run here: use a store that honours them (AWS S3, MinIO, GCS, Azure, HDFS, a local disk)"
+    )]
+    NoConditionalWrites { dir: String, what: String },
+
     /// Anything else, with a message that says what to do.
     #[error("{0}")]
     Other(String),

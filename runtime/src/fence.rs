@@ -151,6 +151,7 @@ impl Fence {
         };
         let before = fence.listing().await?;
         fence.refuse_if_superseded(&before)?;
+        fence.probe_create_only().await?;
         if let Some(e) = epoch {
             let marker = serde_json::json!({
                 "epoch": e,
@@ -165,6 +166,29 @@ impl Fence {
 
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Fencing holds only if a create-only write is refused where the object exists. Some
+    /// S3-compatible stores ignore `If-None-Match: *` and overwrite: two runs could then both
+    /// make commit N and both commit output, silently. Probed once per run in the fencing
+    /// directory itself (two requests and a delete): the second create of a new object must be
+    /// refused.
+    async fn probe_create_only(&self) -> Result<()> {
+        let name = format!("probe-{:020}-{:016x}", self.epoch, rand::random::<u64>());
+        let first = self.dir.put_new(&name, "first").await?;
+        let second = self.dir.put_new(&name, "second").await;
+        if let Err(e) = self.dir.delete(&name).await {
+            tracing::debug!(%name, error = %e, "fencing: cannot delete the probe");
+        }
+        let what = match (first, second?) {
+            (true, false) => return Ok(()),
+            (true, true) => "a second create-only write of the same new object succeeded",
+            (false, _) => "a create-only write of a new object was refused as if it existed",
+        };
+        Err(Error::NoConditionalWrites {
+            dir: self.dir.display().to_string(),
+            what: format!("{what} ({name})"),
+        })
     }
 
     pub async fn listing(&self) -> Result<Listing> {
@@ -295,6 +319,10 @@ impl Fence {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+
     use super::*;
 
     #[test]
@@ -343,6 +371,70 @@ mod tests {
             panic!("a rewind must be refused");
         };
         assert!(reason.contains("commit 9"), "{reason}");
+    }
+
+    /// A store that overwrites where it should refuse a create-only write (some S3-compatible
+    /// stores ignore `If-None-Match: *`).
+    #[derive(Debug)]
+    struct IgnoresConditions(Arc<dyn streamjob_filesink::store::Store>);
+
+    #[async_trait::async_trait]
+    impl streamjob_filesink::store::Store for IgnoresConditions {
+        fn describe(&self) -> String {
+            self.0.describe()
+        }
+        fn supports_multipart(&self) -> bool {
+            false
+        }
+        async fn put(&self, key: &str, data: Bytes) -> streamjob_filesink::Result<()> {
+            self.0.put(key, data).await
+        }
+        async fn put_new(&self, key: &str, data: Bytes) -> streamjob_filesink::Result<bool> {
+            self.0.put(key, data).await.map(|()| true)
+        }
+        async fn get(&self, key: &str) -> streamjob_filesink::Result<Bytes> {
+            self.0.get(key).await
+        }
+        async fn head(&self, key: &str) -> streamjob_filesink::Result<Option<u64>> {
+            self.0.head(key).await
+        }
+        async fn list(
+            &self,
+            prefix: &str,
+        ) -> streamjob_filesink::Result<Vec<streamjob_filesink::store::ObjectInfo>> {
+            self.0.list(prefix).await
+        }
+        async fn delete(&self, key: &str) -> streamjob_filesink::Result<()> {
+            self.0.delete(key).await
+        }
+    }
+
+    /// Issue #38: fencing on a store that ignores conditional writes would silently not hold; a
+    /// run refuses to start there, saying why, and leaves no probe behind.
+    #[tokio::test]
+    async fn a_store_ignoring_conditional_writes_is_refused_at_start() {
+        let tmp = tempfile::tempdir().unwrap();
+        let honest = Location::parse(tmp.path().to_str().unwrap(), None).unwrap();
+        Fence::open(&honest, Some(1)).await.unwrap();
+        let broken = Location::on_store(Arc::new(IgnoresConditions(honest.store())), "s3://lax/ck");
+        let e = Fence::open(&broken, Some(2)).await.unwrap_err();
+        assert!(matches!(e, Error::NoConditionalWrites { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("s3://lax/ck/_fence: a second create-only write")
+                && msg.contains("If-None-Match"),
+            "{msg}"
+        );
+        // nothing written by the refused run but what the honest one left: its epoch marker
+        let names: Vec<String> = honest
+            .child(FENCE_DIR)
+            .list_files()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, [epoch_name(1)], "{names:?}");
     }
 
     /// (seq, epoch of the winner) of a lost commit.

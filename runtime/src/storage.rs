@@ -39,6 +39,15 @@ impl Location {
         })
     }
 
+    /// A location on a store built by a test (one that misbehaves, say).
+    #[cfg(test)]
+    pub(crate) fn on_store(store: Arc<dyn Store>, display: &str) -> Self {
+        Self {
+            store: Prefixed::new(store, ""),
+            display: display.to_string(),
+        }
+    }
+
     /// A sub-directory.
     pub fn child(&self, rel: &str) -> Self {
         Self {

@@ -764,12 +764,18 @@ fn files_source_with_dead_letter_policy() {
 }
 
 /// A CSV file of `rows` rows with malformed ones mixed in (a word for a number, a missing field,
-/// an extra field) and good rows with quoted delimiters and line ends: the (user, amount) of the
-/// good rows and the number of bad ones.
+/// an extra field, a quote never closed at the start, in the middle and at the end — issue #38)
+/// and good rows with quoted delimiters and line ends: the (user, amount) of the good rows and
+/// the number of bad ones.
 fn write_mixed_csv(path: &Path, rows: i64) -> (Vec<(String, i64)>, usize) {
     let mut text = String::from("user,amount\n");
     let (mut good, mut bad) = (Vec::new(), 0);
     for i in 0..rows {
+        if [0, rows * 7 / 13, rows - 1].contains(&i) {
+            text.push_str(&format!("stray{i},\"unterminated\n"));
+            bad += 1;
+            continue;
+        }
         match i % 97 {
             7 => text.push_str(&format!("u{i},seven{}\n", "!".repeat(3000))),
             31 => text.push_str(&format!("u{i}\n")),
@@ -885,6 +891,20 @@ fn files_source_bad_csv_rows_cost_only_themselves_under_every_policy() {
             .iter()
             .any(|l| l["record"].as_str().unwrap().len() > 3000),
         "a dead letter keeps the whole record"
+    );
+    // a stray quote's dead letter is its own line, nothing after it
+    let strays: BTreeSet<&str> = letters
+        .iter()
+        .filter_map(|l| l["record"].as_str())
+        .filter(|r| r.starts_with("stray"))
+        .collect();
+    assert_eq!(
+        strays,
+        BTreeSet::from([
+            "stray0,\"unterminated",
+            "stray2692,\"unterminated",
+            "stray4999,\"unterminated"
+        ])
     );
 }
 

@@ -335,10 +335,11 @@ mod tests {
         }
     }
 
-    /// Peers without the token cannot hold more than `MAX_UNAUTHENTICATED` connections; the port
-    /// serves again once they go.
+    /// Peers without the token hold at most `MAX_UNAUTHENTICATED` connections: each new one
+    /// closes the oldest still authenticating, so idle strangers cannot lock the job's own peers
+    /// out (issue #38: they used to fill the places and have every worker refused).
     #[tokio::test]
-    async fn silent_peers_are_capped_before_authentication() {
+    async fn silent_peers_cannot_lock_out_peers_with_the_token() {
         use tokio::io::AsyncReadExt;
         let b = plane(Some("t"), "d").await;
         let addr = b.local_addr();
@@ -346,26 +347,29 @@ mod tests {
         for _ in 0..super::super::MAX_UNAUTHENTICATED {
             silent.push(TcpStream::connect(addr).await.unwrap());
         }
-        // closed at once, long before the 10 s header timeout would close it
-        let mut extra = TcpStream::connect(addr).await.unwrap();
+        // a 65th: the oldest silent one is closed at once, long before the 10 s header timeout
+        let mut newest = TcpStream::connect(addr).await.unwrap();
         let mut buf = [0u8; 1];
-        let n = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut buf))
+        let n = tokio::time::timeout(Duration::from_secs(5), silent[0].read(&mut buf))
             .await
-            .expect("the connection over the cap is closed at once");
+            .expect("the oldest silent connection is closed at once");
         assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
-        drop(silent);
-        // once the silent peers are gone, a new connection is held open for its header again
-        let mut served = false;
-        for _ in 0..50 {
-            let mut c = TcpStream::connect(addr).await.unwrap();
-            if tokio::time::timeout(Duration::from_millis(200), c.read(&mut buf))
+        // the newest is held for its header
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), newest.read(&mut buf))
                 .await
-                .is_err()
-            {
-                served = true;
-                break;
-            }
-        }
-        assert!(served, "the port serves again after the silent peers left");
+                .is_err(),
+            "the newest connection waits for its header"
+        );
+        // with every place taken by strangers, a peer with the token gets its data through
+        let a = plane(Some("t"), "d").await;
+        let (tx, rx) = mpsc::channel(2);
+        assert!(b.expect(key(3), tx).unwrap().is_none());
+        sender(&a, &b, key(3), 100);
+        let got = tokio::time::timeout(Duration::from_secs(5), drain(rx))
+            .await
+            .expect("the peer with the token is served");
+        assert_eq!(got, (1..=100).collect::<Vec<_>>());
+        drop(silent);
     }
 }

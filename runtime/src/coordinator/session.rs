@@ -322,7 +322,12 @@ pub(super) async fn run_session(
                 });
                 return Ok(outcome);
             }
-            Err((e @ (Error::Superseded { .. } | Error::Rewind { .. }), _)) => {
+            Err((
+                e @ (Error::Superseded { .. }
+                | Error::Rewind { .. }
+                | Error::NoConditionalWrites { .. }),
+                _,
+            )) => {
                 shared.update(|s| s.failure = Some(e.to_string()));
                 shared.set_state(RunState::Failed);
                 return Err(e);

@@ -292,7 +292,7 @@ impl FilesSource {
         out: &mut Collector,
     ) -> Result<Vec<RecordBatch>> {
         let schema = plan.schema.clone();
-        let (header, records) = match &plan.format {
+        let lines = match &plan.format {
             FileFormat::Parquet => {
                 return Err(Error::Unsupported(format!(
                     "{file}: Parquet is not a row format"
@@ -306,24 +306,16 @@ impl FilesSource {
                 {
                     return Ok(b);
                 }
-                (false, lines)
+                lines
             }
             FileFormat::Csv { header, delimiter } => {
                 let header = *header && at_start;
-                if let Ok(b) = parse_csv(&schema, bytes.clone(), header, *delimiter) {
-                    return Ok(b);
-                }
-                (header, csv_records(&bytes, *delimiter))
+                return Self::parse_csv_rows(plan, file, bytes, base, header, *delimiter, out);
             }
         };
         let mut good = Vec::new();
-        for (at, raw) in records.into_iter().skip(usize::from(header)) {
-            let parsed = match &plan.format {
-                FileFormat::Csv { delimiter, .. } => {
-                    parse_csv(&schema, bytes.slice(at..at + raw), false, *delimiter)
-                }
-                _ => parse_json(&schema, bytes.slice(at..at + raw)),
-            };
+        for (at, raw) in lines {
+            let parsed = parse_json(&schema, bytes.slice(at..at + raw));
             let offset = base + at as u64;
             let reason = match parsed {
                 Ok(b) if b.iter().map(RecordBatch::num_rows).sum::<usize>() == 1 => {
@@ -351,6 +343,92 @@ impl FilesSource {
             return Ok(good);
         }
         Ok(vec![arrow::compute::concat_batches(&schema, &good)?])
+    }
+
+    /// [`Self::parse_rows`] for CSV. Records are split by [`csv_split`] first, so a quote that
+    /// is never closed costs its own line only; a record whose quoted field spans lines and does
+    /// not parse is cut back to its first line, and the lines after it are read again (a stray
+    /// quote closed by a later one).
+    fn parse_csv_rows(
+        plan: &FilesSourcePlan,
+        file: &str,
+        bytes: Bytes,
+        base: u64,
+        header: bool,
+        delimiter: u8,
+        out: &mut Collector,
+    ) -> Result<Vec<RecordBatch>> {
+        let schema = &plan.schema;
+        // without quotes, records are lines: the `csv` crate and csv_split agree
+        if !bytes.contains(&b'"')
+            && let Ok(b) = parse_csv(schema, bytes.clone(), header, delimiter)
+        {
+            return Ok(b);
+        }
+        let (spans, _) = csv_split::spans(&bytes, delimiter, true);
+        let records = spans.len().saturating_sub(usize::from(header));
+        if spans
+            .iter()
+            .all(|s| matches!(s, csv_split::CsvSpan::Record { .. }))
+            && let Ok(b) = parse_csv(schema, bytes.clone(), header, delimiter)
+            && b.iter().map(RecordBatch::num_rows).sum::<usize>() == records
+        {
+            return Ok(b);
+        }
+        let mut good = Vec::new();
+        let mut next = match (header, spans.first()) {
+            (true, Some(h)) => h.end(),
+            _ => 0,
+        };
+        while let Some(span) = csv_split::next_span(&bytes, next, delimiter, true) {
+            next = span.end();
+            let (at, len, reason) = match span {
+                csv_split::CsvSpan::StrayQuote { start, len, why } => (start, len, why.to_string()),
+                csv_split::CsvSpan::Record {
+                    start,
+                    len,
+                    multiline,
+                } => match parse_csv(schema, bytes.slice(start..start + len), false, delimiter) {
+                    Ok(b) if b.iter().map(RecordBatch::num_rows).sum::<usize>() == 1 => {
+                        good.extend(b);
+                        continue;
+                    }
+                    Ok(b) => {
+                        let rows = b.iter().map(RecordBatch::num_rows).sum::<usize>();
+                        (start, len, format!("{rows} rows in one record"))
+                    }
+                    Err(e) if multiline => {
+                        let first = csv_split::first_line_len(&bytes[start..]);
+                        next = start + first;
+                        (
+                            start,
+                            first,
+                            format!(
+                                "{e} (read as a quoted field over several lines: its first \
+                                 line is the bad record, the lines after it are read again)"
+                            ),
+                        )
+                    }
+                    Err(e) => (start, len, e.to_string()),
+                },
+            };
+            let offset = base + at as u64;
+            out.bad_record_at(
+                RecordOrigin {
+                    stream: file.to_string(),
+                    bucket: base,
+                    offset,
+                },
+                String::from_utf8_lossy(&bytes[at..at + len])
+                    .trim_end_matches(['\r', '\n'])
+                    .to_string(),
+                format!("{file} at byte {offset}: {reason}"),
+            );
+        }
+        if good.is_empty() {
+            return Ok(good);
+        }
+        Ok(vec![arrow::compute::concat_batches(schema, &good)?])
     }
 
     /// Opens a file at the position its split's state records.
@@ -513,19 +591,14 @@ fn parse_csv(
 
 /// The length of the complete records at the start of `data` (a chunk that starts at a record
 /// boundary and is not the end of its file), or `None` when it holds no complete record. CSV
-/// fields in quotes may hold line ends, so with quotes in the chunk the cut is at the end of the
-/// second-to-last record the `csv` crate finds (the last one may go on in the next chunk).
+/// fields in quotes may hold line ends, so with quotes in the chunk the cut is where
+/// [`csv_split`] stops deciding (a quoted field still open may close in the next chunk).
 fn complete_records(format: &FileFormat, data: &[u8]) -> Option<usize> {
     let last_line_end = || data.iter().rposition(|b| *b == b'\n').map(|i| i + 1);
     match format {
         FileFormat::Csv { delimiter, .. } if data.contains(&b'"') => {
-            let records = csv_records(data, *delimiter);
-            let cut = match records.as_slice() {
-                [.., (start, len), _] => start + len,
-                _ => return None,
-            };
-            // csv_records skips blank lines between records: keep them with the next one
-            Some(cut)
+            let (_, decided) = csv_split::spans(data, *delimiter, false);
+            (decided > 0).then_some(decided)
         }
         _ => last_line_end(),
     }
@@ -540,40 +613,6 @@ fn json_lines(bytes: &[u8]) -> Vec<(usize, usize)> {
             out.push((start, line.len()));
         }
         start += line.len();
-    }
-    out
-}
-
-/// (start, length) of each CSV record, its line end included. Records are split by the `csv`
-/// crate, so a quoted field may hold line ends; a record with too many or too few fields is still
-/// one record (its parse fails on its own).
-fn csv_records(bytes: &[u8], delimiter: u8) -> Vec<(usize, usize)> {
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .delimiter(delimiter)
-        .from_reader(bytes);
-    let mut record = csv::ByteRecord::new();
-    let mut out = Vec::new();
-    let mut start = 0usize;
-    // reading a byte record from memory cannot fail; stop at the end (or, defensively, at an
-    // error, leaving the rest as one record so nothing is silently dropped)
-    while let Ok(true) = reader.read_byte_record(&mut record) {
-        let end = usize::try_from(reader.position().byte()).unwrap_or(bytes.len());
-        if end <= start {
-            break;
-        }
-        // blank lines before a record belong to no record
-        while start < end && matches!(bytes[start], b'\n' | b'\r') {
-            start += 1;
-        }
-        if !bytes[start..end].iter().all(u8::is_ascii_whitespace) {
-            out.push((start, end - start));
-        }
-        start = end;
-    }
-    if start < bytes.len() && !bytes[start..].iter().all(u8::is_ascii_whitespace) {
-        out.push((start, bytes.len() - start));
     }
     out
 }
@@ -670,6 +709,7 @@ impl SourceOperator for FilesSource {
     }
 }
 
+mod csv_split;
 #[cfg(test)]
 mod fuzz;
 
@@ -919,6 +959,50 @@ mod tests {
     #[tokio::test]
     async fn csv_bad_records_cost_only_themselves_across_restores() {
         bad_records_one_by_one(true).await;
+    }
+
+    /// 2,000 rows with stray quotes at the start, in the middle and at the end, one closed by a
+    /// later field's quote, and good rows with quoted line ends: every good row is read once
+    /// (whole and across restores) and each stray quote costs its own line.
+    #[tokio::test]
+    async fn csv_stray_quotes_cost_only_their_own_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = "id,name\n".to_string();
+        let (mut good, mut bad) = (Vec::new(), BTreeSet::new());
+        for i in 0..2000i64 {
+            let stray = matches!(i, 0 | 777 | 1500 | 1999);
+            if stray {
+                bad.insert(text.len() as u64);
+            } else {
+                good.push(i);
+            }
+            text.push_str(&match i {
+                _ if stray => format!("{i},\"unterminated\n"),
+                // 1503 closes the quote of 1500 if nothing resynchronises
+                1503 => format!("{i},\"two\nlines\"\n"),
+                _ if i % 100 == 50 => format!("{i},\"a, b\r\nand \"\"c\"\"\"\n"),
+                _ => format!("{i},n{i}\n"),
+            });
+        }
+        std::fs::write(dir.path().join("m.data"), &text).unwrap();
+        let p = plan(dir.path(), true).await;
+        let mut s = source(&p, RestoredState::default()).await;
+        let (ids, reported, done) = read_mixed(&mut s, usize::MAX).await;
+        assert!(done);
+        assert_eq!(ids.len(), 1996);
+        assert_eq!(ids, good, "every good row once, in order");
+        assert_eq!(reported.iter().copied().collect::<BTreeSet<_>>(), bad);
+        assert_eq!(reported.len(), bad.len(), "each stray quote reported once");
+        for cut in [1, 10, 100] {
+            let mut s = source(&p, RestoredState::default()).await;
+            let (mut ids, _, done) = read_mixed(&mut s, cut).await;
+            assert!(!done);
+            let mut r = checkpoint_and_restore(&p, &mut s).await;
+            let (rest, _, done) = read_mixed(&mut r, usize::MAX).await;
+            assert!(done);
+            ids.extend(rest);
+            assert_eq!(ids, good, "restore after {cut} batches");
+        }
     }
 
     #[tokio::test]
