@@ -335,6 +335,7 @@ pub struct SavepointSpec {
     /// Take a savepoint at this interval (for example 1h). Unset: no periodic savepoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d))+$"))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self.matches('[1-9]')", "message": "must be longer than 0s"}]))]
     pub periodic: Option<String>,
 
     /// Which savepoints the operator keeps; older ones are disposed (the savepoint a running or

@@ -243,7 +243,18 @@ impl StreamJobSpec {
         }
         if let Some(savepoints) = &self.savepoints {
             if let Some(periodic) = &savepoints.periodic {
-                push(duration("spec.savepoints.periodic", periodic));
+                // 0s would ask for a savepoint at every reconcile
+                push(
+                    parse_duration("spec.savepoints.periodic", periodic).and_then(|d| {
+                        if d.is_zero() {
+                            Err(Error::Invalid(vec![format!(
+                                "spec.savepoints.periodic: {periodic} must be longer than 0s (unset it for no periodic savepoints)"
+                            )]))
+                        } else {
+                            Ok(())
+                        }
+                    }),
+                );
             }
             if let Some(max_age) = &savepoints.history.max_age {
                 push(duration("spec.savepoints.history.maxAge", max_age));

@@ -899,8 +899,12 @@ async fn namespaced_mode_watches_only_its_namespaces() {
     let watched_b = env.restricted_namespace("nsb").await.expect("namespace");
     let unwatched = env.restricted_namespace("nsc").await.expect("namespace");
     let watch = format!("watchNamespaces={{{watched_a},{watched_b}}}");
-    env.install_operator_chart("nsmode", &op_ns, &["logFormat=text", &watch])
-        .expect("helm install in namespaced mode");
+    env.install_operator_chart(
+        "nsmode",
+        &op_ns,
+        &["logFormat=text", &watch, "podTemplatePolicy=restricted"],
+    )
+    .expect("helm install in namespaced mode");
 
     // RBAC: StreamJobs in the watched namespaces only
     let sa = format!("system:serviceaccount:{op_ns}:nsmode-streamjob-operator");
@@ -990,6 +994,55 @@ async fn namespaced_mode_watches_only_its_namespaces() {
         pods.trim().is_empty(),
         "pods in the unwatched namespace: {pods}"
     );
+
+    // podTemplatePolicy=restricted: a template naming a service account and a Secret is refused
+    // as an invalid spec naming both fields, and nothing of it runs
+    let manifest = streamjob_manifest("borrower", "nowhere", &env.s3().url, "s3-credentials", "print")
+        .replacen(
+            "\nspec:\n",
+            "\nspec:\n  podTemplate:\n    spec:\n      serviceAccountName: default\n      volumes: [{name: keys, secret: {secretName: other-team}}]\n",
+            1,
+        );
+    env.kubectl_ok(&["apply", "-n", &watched_b, "-f", "-"], Some(&manifest))
+        .expect("kubectl apply StreamJob with a borrowing template");
+    let refused = poll_until(
+        "the borrowing job refused by the pod template policy",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let out = env.kubectl_ok(
+                &[
+                    "get",
+                    "sj",
+                    "borrower",
+                    "-n",
+                    &watched_b,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type=='SpecValid')].status} {.status.conditions[?(@.type=='SpecValid')].message}",
+                ],
+                None,
+            )?;
+            Ok(out.starts_with("False ").then_some(out))
+        },
+    )
+    .await
+    .expect("SpecValid=False");
+    for field in [
+        "spec.podTemplate.spec.serviceAccountName",
+        "spec.podTemplate.spec.volumes[name=keys]: secret",
+        "podTemplatePolicy",
+    ] {
+        assert!(refused.contains(field), "{field} in {refused}");
+    }
+    let pods = env
+        .kubectl_ok(&["get", "pods", "-n", &watched_b, "-o", "name"], None)
+        .unwrap();
+    assert!(pods.trim().is_empty(), "pods of a refused job: {pods}");
+    env.kubectl_ok(
+        &["delete", "sj", "borrower", "-n", &watched_b, "--wait=false"],
+        None,
+    )
+    .expect("delete StreamJob");
 
     for ns in [&watched_a, &unwatched] {
         env.kubectl_ok(&["delete", "sj", "nsmode", "-n", ns, "--wait=false"], None)

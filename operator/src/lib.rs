@@ -19,6 +19,7 @@ pub mod leader;
 pub mod metrics;
 pub mod network_policy;
 pub mod pod_security;
+pub mod pod_template_policy;
 pub mod resources;
 pub mod workers;
 

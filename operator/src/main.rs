@@ -79,6 +79,11 @@ struct RunArgs {
     /// init container).
     #[arg(long, env = "STREAMJOB_FLINK_CHECKER_IMAGE", default_value = concat!("streamjob/flink-checker:", env!("CARGO_PKG_VERSION")))]
     flink_checker_image: String,
+    /// What spec.podTemplate may ask for: `any`, or `restricted` (no service account, Secret,
+    /// host namespace, privileged container or volume beyond emptyDir, configMap, downwardAPI and
+    /// ephemeral; refused specs are reported as invalid).
+    #[arg(long, value_enum, default_value = "any")]
+    pod_template_policy: streamjob_operator::pod_template_policy::PodTemplatePolicy,
 }
 
 /// `IP:PORT`, also `fd00::1:9090` as `$(POD_IP):9090` expands to on IPv6 clusters.
@@ -213,6 +218,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 })
             })
             .transpose()?,
+        pod_template_policy: args.pod_template_policy,
     };
     let control = HttpControl::new(control_timeout)?;
     let ctx = Arc::new(Context::new(client, control, metrics.clone(), settings));

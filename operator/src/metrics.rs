@@ -167,6 +167,14 @@ impl Metrics {
         }
     }
 
+    /// Forgets every job that `keep` refuses (a re-list found it gone).
+    pub fn retain_jobs(&self, keep: impl Fn(&str) -> bool) {
+        let gone: Vec<String> = self.jobs().keys().filter(|k| !keep(k)).cloned().collect();
+        for job in gone {
+            self.forget(&job);
+        }
+    }
+
     pub fn savepoint(&self, reason: &str, seconds: f64) {
         self.savepoint_seconds
             .get_or_create(&label("reason", reason))
@@ -277,6 +285,12 @@ mod tests {
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
         m.set_leader(true);
+        m.phase("other/b", "Upgrading");
+        m.retain_jobs(|k| k != "other/b");
+        assert!(
+            m.render()
+                .contains("streamjob_jobs{phase=\"Upgrading\"} 1\n")
+        );
         m.forget("ns/a");
         let text = m.render();
         assert!(text.contains("streamjob_leader 1\n"), "{text}");

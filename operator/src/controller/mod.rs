@@ -55,6 +55,8 @@ pub struct Settings {
     pub flink_checker_image: String,
     /// Some: every StreamJob gets a NetworkPolicy admitting this operator to its control port.
     pub network_policy: Option<crate::network_policy::OperatorPeer>,
+    /// What `spec.podTemplate` may ask for.
+    pub pod_template_policy: crate::pod_template_policy::PodTemplatePolicy,
 }
 
 /// Shared state of the reconcilers.
@@ -134,9 +136,15 @@ pub async fn run<E: Engine>(ctx: Arc<Context<E>>) {
         // Our own progress writes (lastCheckpoint, conditions, message) do not trigger another
         // reconcile; spec, metadata and upgrade-moving status changes do (see `trigger_digest`).
         let (reader, writer) = kube::runtime::reflector::store();
+        let (metrics, store, scope) = (ctx.metrics.clone(), reader.clone(), ns.clone());
         let triggers = watcher(jobs, watcher::Config::default().any_semantic())
             .default_backoff()
             .reflect(writer)
+            .inspect(move |ev| {
+                if let Ok(ev) = ev {
+                    forget_deleted(&metrics, &store, scope.as_deref(), ev);
+                }
+            })
             .applied_objects()
             .predicate_filter(trigger_digest, Default::default());
         Controller::for_stream(triggers, reader)
@@ -157,6 +165,29 @@ pub async fn run<E: Engine>(ctx: Arc<Context<E>>) {
             })
     });
     futures::future::join_all(runs).await;
+}
+
+/// A job deleted without our finalizer is never reconciled again (it is gone from the store), so
+/// its phase would stay counted in `streamjob_jobs` and `StreamJobFailed` would fire for good:
+/// drop it when the watch sees it go, and after a re-list drop every job of this scope it lacks.
+fn forget_deleted(
+    metrics: &Metrics,
+    store: &kube::runtime::reflector::Store<StreamJob>,
+    scope: Option<&str>,
+    ev: &watcher::Event<StreamJob>,
+) {
+    let key = |j: &StreamJob| format!("{}/{}", j.namespace().unwrap_or_default(), j.name_any());
+    match ev {
+        watcher::Event::Delete(job) => metrics.forget(&key(job)),
+        watcher::Event::InitDone => {
+            let present: BTreeSet<String> = store.state().iter().map(|j| key(j.as_ref())).collect();
+            let prefix = scope.map(|ns| format!("{ns}/"));
+            metrics.retain_jobs(|k| {
+                present.contains(k) || prefix.as_deref().is_some_and(|p| !k.starts_with(p))
+            });
+        }
+        _ => {}
+    }
 }
 
 /// What a StreamJob change must touch to be worth a reconcile: the spec (generation), the
@@ -280,7 +311,8 @@ async fn reconcile_inner<E: Engine>(
         owner: &owner,
         token: &token,
     };
-    let observed = ctx.engine.observe(&scope).await?;
+    let mut observed = ctx.engine.observe(&scope).await?;
+    observed.refused_by_settings = ctx.settings.pod_template_policy.refuses(&job.spec);
     let status = job.status.clone().unwrap_or_default();
 
     // ---- decide ----
@@ -446,6 +478,54 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::token::token_in;
     use super::*;
+
+    /// Issue #38: a job deleted without the finalizer is never reconciled again; its phase
+    /// gauge goes when the watch sees it go, or when a re-list no longer has it.
+    #[test]
+    fn deleted_jobs_leave_the_phase_gauges() {
+        let job = |ns: &str, name: &str| -> StreamJob {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "streamjob.io/v1alpha1", "kind": "StreamJob",
+                "metadata": {"name": name, "namespace": ns, "uid": format!("{ns}-{name}")},
+                "spec": {"image": "i", "checkpoints": {"dir": "/ck"}, "pipeline": [
+                    {"uid": "g", "source": {"generator": {}}}, {"uid": "o", "print": {}}]},
+            }))
+            .unwrap()
+        };
+        let failed = |m: &Metrics| {
+            m.render()
+                .lines()
+                .find_map(|l| l.strip_prefix("streamjob_jobs{phase=\"Failed\"} "))
+                .map(str::to_string)
+        };
+        let metrics = Metrics::default();
+        for key in ["a/one", "a/two", "b/other"] {
+            metrics.phase(key, "Failed");
+        }
+        let (store, mut writer) = kube::runtime::reflector::store::<StreamJob>();
+        // deleted while watched
+        let gone = watcher::Event::Delete(job("a", "one"));
+        writer.apply_watcher_event(&gone);
+        forget_deleted(&metrics, &store, Some("a"), &gone);
+        assert_eq!(failed(&metrics).as_deref(), Some("2"));
+        // deleted while the watch was down: the re-list of namespace a lacks it; b is another
+        // scope's business
+        for ev in [watcher::Event::Init, watcher::Event::InitDone] {
+            writer.apply_watcher_event(&ev);
+            forget_deleted(&metrics, &store, Some("a"), &ev);
+        }
+        assert_eq!(failed(&metrics).as_deref(), Some("1"));
+        let kept = watcher::Event::InitApply(job("b", "other"));
+        for ev in [watcher::Event::Init, kept, watcher::Event::InitDone] {
+            writer.apply_watcher_event(&ev);
+            forget_deleted(&metrics, &store, None, &ev);
+        }
+        assert_eq!(
+            failed(&metrics).as_deref(),
+            Some("1"),
+            "b/other is still there"
+        );
+    }
 
     #[test]
     fn only_spec_metadata_and_upgrade_progress_trigger_a_reconcile() {

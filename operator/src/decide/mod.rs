@@ -107,9 +107,10 @@ pub fn decide(
     observed: &Observed,
 ) -> Decision {
     let (spec_hash, spec_error) = match spec.validate() {
-        Ok(()) => match deployment_hash(spec) {
-            Ok(h) => (Some(h), None),
-            Err(e) => (None, Some(e.to_string())),
+        Ok(()) => match (&observed.refused_by_settings, deployment_hash(spec)) {
+            (Some(why), _) => (None, Some(why.clone())),
+            (None, Ok(h)) => (Some(h), None),
+            (None, Err(e)) => (None, Some(e.to_string())),
         },
         Err(e) => (None, Some(e.to_string())),
     };

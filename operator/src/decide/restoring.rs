@@ -24,12 +24,34 @@ impl Ctx<'_> {
             self.promote(s, &up, &target, &watched);
             return;
         }
-        // A shadow rollback restarts the old, still-warm pod.
-        if s.kind == Rollback
+        // A pod that waits in standby is started: the old, still-warm pod of a shadow rollback,
+        // and a warm-started pod whose container restarted (it comes back with `--standby` and
+        // would wait for good).
+        if matches!(s.kind, Rollback | Shadow)
             && js.as_ref().is_some_and(|j| j.state == RunState::Standby)
             && pod.as_ref().is_some_and(|p| !p.terminating)
         {
             self.start_warm_deployment(watched.clone(), up.savepoint.clone());
+            return;
+        }
+        // A warm-started pod (the old version of a rolled-back Shadow upgrade) whose container
+        // restarted comes back under the epoch of its arguments, older than the one its start
+        // gave it: fenced by its own run for good, it would crash-loop and fail the rollback
+        // (found by the soak, seed 20261204). Replace it; the new pod restores from the
+        // upgrade's savepoint and resumes from the latest checkpoint after it.
+        if let Some(p) = pod.as_ref().filter(|p| {
+            !p.terminating
+                && p.last_exit_code == Some(EXIT_SUPERSEDED)
+                && js.as_ref().is_none_or(|j| j.state != RunState::Running)
+        }) && s.kind != Shadow
+        {
+            self.delete_pod(&watched);
+            let msg = format!(
+                "pod {watched} restarted under an older epoch and is fenced ({} restarts); replacing it (it resumes from the latest checkpoint)",
+                p.restarts
+            );
+            self.note(true, "PodFenced", msg.clone());
+            self.degraded = Some(("PodFenced".into(), msg));
             return;
         }
         let failure = match &pod {

@@ -142,6 +142,9 @@ pub struct Observed {
     pub coordinators: Vec<crate::workers::CoordinatorObs>,
     /// Worker pods.
     pub workers: Vec<crate::workers::WorkerObs>,
+    /// Why the operator's own settings refuse the spec (`--pod-template-policy`), if they do:
+    /// reported and handled like an invalid spec.
+    pub refused_by_settings: Option<String>,
 }
 
 impl Observed {
@@ -156,6 +159,7 @@ impl Observed {
             recovered_savepoint: None,
             coordinators: Vec::new(),
             workers: Vec::new(),
+            refused_by_settings: None,
         }
     }
     pub fn pod(&self, name: &str) -> Option<&PodObs> {

@@ -470,4 +470,39 @@ pub(super) fn push(v: &mut Vec<Case>) {
         .idle()
         .phase(Phase::Running),
     );
+    // --pod-template-policy=restricted refuses a spec the way validation does: a new image is
+    // not rolled out, the job running keeps running, and nothing starts from a first deploy
+    let refused = "the operator's pod template policy is restricted (podTemplatePolicy): spec.podTemplate.spec.serviceAccountName: runs the pods as another service account";
+    let mut o = world(100);
+    o.refused_by_settings = Some(refused.into());
+    let d = Case::new(
+        "a spec the operator's settings refuse while running: untouched",
+        img2(),
+        running(),
+        o,
+    )
+    .idle()
+    .phase(Phase::Running)
+    .check();
+    let valid = d
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "SpecValid")
+        .expect("SpecValid");
+    assert_eq!(
+        (valid.status.as_str(), valid.message.as_str()),
+        ("False", refused)
+    );
+    let mut o = Observed::new(t(0));
+    o.refused_by_settings = Some(refused.into());
+    v.push(
+        Case::new(
+            "first deploy of a spec the operator's settings refuse",
+            spec.clone(),
+            StreamJobStatus::default(),
+            o,
+        )
+        .idle(),
+    );
 }

@@ -303,4 +303,52 @@ pub(super) fn push(v: &mut Vec<Case>) {
         .acts(&["Start:s3://b/sp/clicks/sp-1"])
         .conds(&["Upgrading"]),
     );
+    // the soak's wedge (seed 20261204): the old pod, started warm with a newer epoch, had its
+    // container restarted under the older epoch of its arguments; fenced by its own run it
+    // crash-looped, and the rollback failed for good
+    let mut o = world(150);
+    o.pods[0].last_exit_code = Some(exit::SUPERSEDED as i32);
+    o.pods[0].restarts = 72;
+    o.pods[0].waiting_reason = Some("CrashLoopBackOff".into());
+    o.runtime.clear();
+    v.push(
+        Case::new(
+            "shadow rollback: old pod fenced by its own warm start, replace it",
+            sh.clone(),
+            sh_rb.clone(),
+            o,
+        )
+        .stage("Rollback/Restoring")
+        .acts(&["Remove:clicks-old"])
+        .conds(&["Upgrading", "Degraded"])
+        .event("PodFenced"),
+    );
+    let mut o = world(155);
+    drop_pod(&mut o, OLD);
+    v.push(
+        Case::new(
+            "shadow rollback: fenced old pod gone, recreated from the savepoint",
+            sh.clone(),
+            sh_rb.clone(),
+            o,
+        )
+        .stage("Rollback/Restoring")
+        .acts(&["Deploy:clicks-old:from=s3://b/sp/clicks/sp-1"])
+        .conds(&["Upgrading"]),
+    );
+    // the new version's warm-started pod had its container restarted: back in standby, it
+    // would wait until readinessTimeout; start it again
+    let mut o = o_st.clone();
+    set_job(&mut o, &sb, js(RunState::Standby, None));
+    v.push(
+        Case::new(
+            "shadow: started standby restarted, start it again",
+            sh.clone(),
+            sh_rest.clone(),
+            o,
+        )
+        .stage("Shadow/Restoring")
+        .acts(&["Start:s3://b/sp/clicks/sp-1"])
+        .conds(&["Upgrading"]),
+    );
 }

@@ -143,27 +143,7 @@ fn every_stage_and_event_makes_a_legal_move() {
         for (spec_name, spec) in specs() {
             for (ev_name, ev) in events() {
                 for pend in [false, true] {
-                    let mut st = match stage {
-                        None => running(),
-                        Some(s) => {
-                            let target = if s.kind == Kind::Rollback {
-                                base_spec()
-                            } else {
-                                spec.clone()
-                            };
-                            let mut st =
-                                with_upgrade(running(), &s.to_string(), &target, Some("sp-1"));
-                            if s.kind == Kind::Rollback {
-                                st.upgrade.as_mut().unwrap().from = Some(hash(&img2()));
-                            }
-                            if matches!(s.step, Step::Suspended)
-                                || s.kind == Kind::Resume && s.step != Step::Restoring
-                            {
-                                st.deployment = None;
-                            }
-                            st
-                        }
-                    };
+                    let mut st = status_at(stage, &spec);
                     if pend {
                         st = pending(st, "upgrade", true);
                     }
@@ -194,9 +174,70 @@ fn every_stage_and_event_makes_a_legal_move() {
     eprintln!("{pairs} stage x spec x event x pending combinations checked");
 }
 
+/// No stage leaves a pod fenced by its own stale epoch (issue #38, soak seed 20261204): a
+/// warm-started pod whose container restarted under its arguments' older epoch crash-looped
+/// while `Rollback/Restoring` said "no other version to roll back to", Failed for good. Where the
+/// fenced pod is the one that must run, it is replaced and the job is not failed beside it.
+#[test]
+fn no_stage_leaves_a_fenced_pod_crash_looping() {
+    let mut replaced = 0;
+    for stage in all_stages() {
+        for (spec_name, spec) in specs() {
+            let st = status_at(stage, &spec);
+            let mut o = world(150);
+            o.pods[0].last_exit_code = Some(exit::SUPERSEDED as i32);
+            o.pods[0].restarts = 9;
+            o.pods[0].waiting_reason = Some("CrashLoopBackOff".into());
+            o.runtime.clear();
+            let d = decide(&jref(), &spec, &st, &o);
+            let removed = tags(&d).iter().any(|t| *t == format!("Remove:{OLD}"));
+            // where the old pod is the job that must run (the steady state and its terminal
+            // records, a rollback or an in-place restore of it), it is replaced, and the job is
+            // never failed beside it
+            let must_run = match stage {
+                None => true,
+                Some(s) => {
+                    s.step.is_terminal() && s.step != Step::Suspended
+                        || s.step == Step::Restoring && s.kind != Kind::Shadow
+                }
+            };
+            if must_run && spec_name == "same spec" {
+                assert!(removed, "{stage:?} + {spec_name}: the fenced pod is kept");
+                assert_ne!(
+                    d.status.phase,
+                    Some(Phase::Failed),
+                    "{stage:?} + {spec_name}: Failed beside a fenced pod"
+                );
+                replaced += 1;
+            }
+        }
+    }
+    assert!(replaced >= 5, "{replaced}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
+
+/// A status in `stage` whose transition targets `spec` (a rollback targets the base spec).
+fn status_at(stage: Option<Stage>, spec: &StreamJobSpec) -> StreamJobStatus {
+    let Some(s) = stage else {
+        return running();
+    };
+    let target = if s.kind == Kind::Rollback {
+        base_spec()
+    } else {
+        spec.clone()
+    };
+    let mut st = with_upgrade(running(), &s.to_string(), &target, Some("sp-1"));
+    if s.kind == Kind::Rollback {
+        st.upgrade.as_mut().unwrap().from = Some(hash(&img2()));
+    }
+    if matches!(s.step, Step::Suspended) || s.kind == Kind::Resume && s.step != Step::Restoring {
+        st.deployment = None;
+    }
+    st
+}
 
 #[test]
 fn stages_round_trip_and_transitions_are_declared() {

@@ -1,0 +1,255 @@
+//! What `spec.podTemplate` may ask for (`--pod-template-policy`, the chart's
+//! `podTemplatePolicy`).
+//!
+//! Whoever may create a StreamJob gets pods in its namespace, and the template reaches every one
+//! of them: under `any` (the default) it may run them as any service account of the namespace,
+//! with any of its Secrets and any volume. `restricted` is for namespaces shared by people who
+//! must not have that: the operator refuses a template that names a service account or a Secret,
+//! mounts anything but scratch and configuration volumes, or asks for the host's namespaces or
+//! privileged containers. A refused spec is reported like an invalid one (`SpecValid=False`,
+//! naming the field): nothing new is started, a job already running stays as it is.
+//!
+//! `spec.storage` still names the Secret with the store's credentials: that is the job's own
+//! access, which the operator passes to its pods as variables.
+
+use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, Volume};
+use streamjob_crds::v1alpha1::StreamJobSpec;
+
+/// How much of a pod `spec.podTemplate` may set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PodTemplatePolicy {
+    /// Anything a pod may have (the template's author may create pods in the namespace).
+    #[default]
+    Any,
+    /// No service account, Secret, host namespace, privileged container or volume beyond
+    /// `emptyDir`, `configMap`, `downwardAPI`, `ephemeral` and `projected` of those.
+    Restricted,
+}
+
+impl PodTemplatePolicy {
+    /// Why the policy refuses `spec`, naming each field; `None`: allowed.
+    pub fn refuses(self, spec: &StreamJobSpec) -> Option<String> {
+        if self == Self::Any {
+            return None;
+        }
+        // a template that does not parse is refused by validation, naming the field
+        let template = spec.pod_template.as_ref()?.parse().ok()?;
+        let found = restricted_refusals(&template);
+        (!found.is_empty()).then(|| {
+            format!(
+                "the operator's pod template policy is restricted (podTemplatePolicy): {}",
+                found.join("; ")
+            )
+        })
+    }
+}
+
+/// What `restricted` refuses in `template`, each naming its field.
+pub fn restricted_refusals(template: &PodTemplateSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(spec) = &template.spec else {
+        return out;
+    };
+    let at = |field: &str| format!("spec.podTemplate.spec.{field}");
+    if spec.service_account_name.is_some() || spec.service_account.is_some() {
+        out.push(format!(
+            "{}: runs the pods as another service account",
+            at("serviceAccountName")
+        ));
+    }
+    if spec.automount_service_account_token == Some(true) {
+        out.push(format!(
+            "{}: true mounts an API token into the pods",
+            at("automountServiceAccountToken")
+        ));
+    }
+    for (field, on) in [
+        ("hostNetwork", spec.host_network),
+        ("hostPID", spec.host_pid),
+        ("hostIPC", spec.host_ipc),
+    ] {
+        if on == Some(true) {
+            out.push(format!("{}: the host's namespaces", at(field)));
+        }
+    }
+    for v in spec.volumes.iter().flatten() {
+        if let Some(kind) = refused_volume(v) {
+            out.push(format!(
+                "{}: {kind} volumes are not allowed (emptyDir, configMap, downwardAPI, ephemeral)",
+                at(&format!("volumes[name={}]", v.name))
+            ));
+        }
+    }
+    let containers = [
+        ("containers", spec.containers.as_slice()),
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or_default(),
+        ),
+    ];
+    for (list, cs) in containers {
+        for c in cs {
+            out.extend(
+                container_refusals(c)
+                    .into_iter()
+                    .map(|why| format!("{}.{why}", at(&format!("{list}[name={}]", c.name)))),
+            );
+        }
+    }
+    if spec
+        .ephemeral_containers
+        .as_ref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        out.push(format!("{}: not allowed", at("ephemeralContainers")));
+    }
+    out
+}
+
+/// The kind of a volume `restricted` refuses.
+fn refused_volume(v: &Volume) -> Option<&'static str> {
+    let harmless = v.empty_dir.is_some()
+        || v.config_map.is_some()
+        || v.downward_api.is_some()
+        || v.ephemeral.is_some();
+    if harmless {
+        return None;
+    }
+    match &v.projected {
+        Some(p) => p
+            .sources
+            .iter()
+            .flatten()
+            .any(|s| s.secret.is_some() || s.service_account_token.is_some())
+            .then_some("projected Secret or service account token"),
+        None if v.secret.is_some() => Some("secret"),
+        None if v.host_path.is_some() => Some("hostPath"),
+        None if v.persistent_volume_claim.is_some() => Some("persistentVolumeClaim"),
+        None => Some("this kind of"),
+    }
+}
+
+/// What `restricted` refuses in a container, relative to it.
+fn container_refusals(c: &Container) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in c.env.iter().flatten() {
+        if e.value_from
+            .as_ref()
+            .is_some_and(|f| f.secret_key_ref.is_some())
+        {
+            out.push(format!(
+                "env[name={}].valueFrom.secretKeyRef: reads a Secret",
+                e.name
+            ));
+        }
+    }
+    for (i, e) in c.env_from.iter().flatten().enumerate() {
+        if e.secret_ref.is_some() {
+            out.push(format!("envFrom[{i}].secretRef: reads a Secret"));
+        }
+    }
+    if let Some(sc) = &c.security_context {
+        if sc.privileged == Some(true) {
+            out.push("securityContext.privileged: true".into());
+        }
+        if sc
+            .capabilities
+            .as_ref()
+            .and_then(|cap| cap.add.as_ref())
+            .is_some_and(|add| !add.is_empty())
+        {
+            out.push("securityContext.capabilities.add: extra capabilities".into());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use streamjob_crds::pod_template::PodTemplate;
+
+    fn spec_with(template: serde_json::Value) -> StreamJobSpec {
+        let yaml = "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata: {name: j}\nspec:\n  image: i\n  checkpoints: {dir: /ck}\n  pipeline:\n    - {uid: src, source: {generator: {count: 1}}}\n    - {uid: out, print: {}}\n";
+        let mut s = streamjob_crds::v1alpha1::StreamJob::from_yaml(yaml)
+            .unwrap()
+            .spec;
+        s.pod_template = Some(PodTemplate(template));
+        s.validate().unwrap();
+        s
+    }
+
+    #[test]
+    fn any_allows_everything_restricted_names_each_refused_field() {
+        let t = serde_json::json!({"spec": {
+            "serviceAccountName": "admin",
+            "hostNetwork": true,
+            "volumes": [
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "conf", "configMap": {"name": "c"}},
+                {"name": "keys", "secret": {"secretName": "other-team"}},
+                {"name": "tok", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}},
+                {"name": "info", "projected": {"sources": [{"downwardAPI": {"items": []}}]}},
+                {"name": "disk", "hostPath": {"path": "/"}}
+            ],
+            "containers": [{
+                "name": "runtime",
+                "env": [
+                    {"name": "OK", "value": "1"},
+                    {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}
+                ],
+                "envFrom": [{"configMapRef": {"name": "c"}}, {"secretRef": {"name": "all"}}],
+                "securityContext": {"privileged": true}
+            }],
+            "initContainers": [{"name": "init", "envFrom": [{"secretRef": {"name": "x"}}]}]
+        }});
+        let spec = spec_with(t);
+        assert_eq!(PodTemplatePolicy::Any.refuses(&spec), None);
+        let why = PodTemplatePolicy::Restricted.refuses(&spec).unwrap();
+        for field in [
+            "spec.podTemplate.spec.serviceAccountName",
+            "spec.podTemplate.spec.hostNetwork",
+            "spec.podTemplate.spec.volumes[name=keys]: secret",
+            "spec.podTemplate.spec.volumes[name=tok]: projected",
+            "spec.podTemplate.spec.volumes[name=disk]: hostPath",
+            "spec.podTemplate.spec.containers[name=runtime].env[name=PW].valueFrom.secretKeyRef",
+            "spec.podTemplate.spec.containers[name=runtime].envFrom[1].secretRef",
+            "spec.podTemplate.spec.containers[name=runtime].securityContext.privileged",
+            "spec.podTemplate.spec.initContainers[name=init].envFrom[0].secretRef",
+        ] {
+            assert!(why.contains(field), "{field} in {why}");
+        }
+        for allowed in [
+            "volumes[name=scratch]",
+            "volumes[name=conf]",
+            "volumes[name=info]",
+            "env[name=OK]",
+            "[name=runtime].envFrom[0]",
+        ] {
+            assert!(!why.contains(allowed), "{allowed} in {why}");
+        }
+    }
+
+    #[test]
+    fn restricted_allows_what_jobs_need() {
+        let spec = spec_with(serde_json::json!({
+            "metadata": {"labels": {"team": "a"}},
+            "spec": {
+                "nodeSelector": {"pool": "stream"},
+                "imagePullSecrets": [{"name": "registry"}],
+                "volumes": [{"name": "scratch", "emptyDir": {"medium": "Memory"}}],
+                "containers": [{
+                    "name": "runtime",
+                    "resources": {"limits": {"memory": "4Gi"}},
+                    "env": [{"name": "RUST_LOG", "value": "debug"}],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]
+                }]
+            }
+        }));
+        assert_eq!(PodTemplatePolicy::Restricted.refuses(&spec), None);
+        let mut bare = spec.clone();
+        bare.pod_template = None;
+        assert_eq!(PodTemplatePolicy::Restricted.refuses(&bare), None);
+    }
+}
