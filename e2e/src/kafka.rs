@@ -43,6 +43,9 @@ pub struct Kafka {
     pub tls: BrokerTls,
     /// How long start-up took (format + start until metadata answers).
     pub start_duration: Duration,
+    /// The jars and the broker's folder (server.properties, data, log): what a restart reuses.
+    lib: PathBuf,
+    dir: PathBuf,
 }
 
 /// The folder with the broker's jars.
@@ -76,6 +79,13 @@ pub fn kafka_lib() -> Result<PathBuf> {
             detail: format!("{} holds no complete jar set", lib.display()),
         })
     }
+}
+
+/// The broker of `dir` (formatted, its server.properties written), as a managed process.
+fn spawn_broker(lib: &Path, dir: &Path, watchdog: Option<&Watchdog>) -> Result<ManagedProcess> {
+    let mut cmd = java(lib, dir);
+    cmd.arg("kafka.Kafka").arg(dir.join("server.properties"));
+    Ok(ManagedProcess::spawn("kafka", cmd, dir, watchdog)?.with_grace(Duration::from_secs(10)))
 }
 
 fn java(lib: &Path, dir: &Path) -> Command {
@@ -182,10 +192,7 @@ listener.name.sasl_ssl.ssl.client.auth=required
                     SCRAM_USER.0, SCRAM_USER.1
                 )),
         )?;
-        let mut cmd = java(&lib, dir);
-        cmd.arg("kafka.Kafka").arg(&props_path);
-        let process =
-            ManagedProcess::spawn("kafka", cmd, dir, watchdog)?.with_grace(Duration::from_secs(10));
+        let process = spawn_broker(&lib, dir, watchdog)?;
         let kafka = Self {
             process,
             bootstrap: format!("127.0.0.1:{port}"),
@@ -193,7 +200,33 @@ listener.name.sasl_ssl.ssl.client.auth=required
             tls_bootstrap: format!("127.0.0.1:{tls_port}"),
             tls,
             start_duration: Duration::ZERO,
+            lib,
+            dir: dir.to_path_buf(),
         };
+        kafka.wait_ready()?;
+        let start_duration = t0.elapsed();
+        tracing::info!(?start_duration, bootstrap = %kafka.bootstrap, "kafka ready");
+        Ok(Self {
+            start_duration,
+            ..kafka
+        })
+    }
+
+    /// SIGKILLs the broker (a crash: no controlled shutdown) and starts it again on the same
+    /// ports and data; returns once it answers metadata requests again, with how long it was
+    /// gone.
+    pub fn crash_and_restart(&mut self, watchdog: Option<&Watchdog>) -> Result<Duration> {
+        let t0 = Instant::now();
+        self.process.set_grace(Duration::ZERO);
+        self.process.stop();
+        self.process = spawn_broker(&self.lib, &self.dir, watchdog)?;
+        self.wait_ready()?;
+        Ok(t0.elapsed())
+    }
+
+    /// Waits until the broker answers metadata requests on the plain listener.
+    fn wait_ready(&self) -> Result<()> {
+        let kafka = self;
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             kafka.process.check_running()?;
@@ -216,12 +249,7 @@ listener.name.sasl_ssl.ssl.client.auth=required
                 }
             }
         }
-        let start_duration = t0.elapsed();
-        tracing::info!(?start_duration, bootstrap = %kafka.bootstrap, "kafka ready");
-        Ok(Self {
-            start_duration,
-            ..kafka
-        })
+        Ok(())
     }
 
     /// Client settings for the plain listener.

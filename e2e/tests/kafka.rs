@@ -145,6 +145,33 @@ impl Run {
         }
     }
 
+    /// Stops the run with a savepoint (SIGINT); returns the savepoint's path.
+    fn stop_with_savepoint(self, what: &str) -> String {
+        self.signal("INT");
+        let (code, stdout, _) = self.finish();
+        assert_eq!(code, 0, "stop with savepoint {what} failed");
+        stdout
+            .last()
+            .and_then(|l| l.strip_prefix("savepoint: "))
+            .expect("no savepoint line")
+            .to_string()
+    }
+
+    /// Runs `manifest` (bounded) from `savepoint` to its end; fails unless it exits 0.
+    fn bounded_from_savepoint(manifest: &Path, savepoint: &str) {
+        let run = Run::start(
+            &[
+                "run",
+                manifest.to_str().unwrap(),
+                "--from-savepoint",
+                savepoint,
+            ],
+            &[],
+        );
+        let (code, _, _) = run.finish();
+        assert_eq!(code, 0, "the bounded run from the savepoint failed");
+    }
+
     /// Waits for the process; returns its exit code, stdout and the remaining stderr lines.
     fn finish(mut self) -> (i32, Vec<String>, Vec<String>) {
         let status = self.child.wait().unwrap();
@@ -397,31 +424,14 @@ fn kafka_to_parquet_exactly_once_across_kills_new_partitions_savepoint_and_resca
         "phase 1's windows",
         || format!("end offsets of clicks: {:?}", kafka.end_offsets("clicks")),
     );
-    run.signal("INT");
-    let (code, stdout, _) = run.finish();
-    assert_eq!(code, 0, "stop with savepoint failed");
-    let savepoint = stdout
-        .last()
-        .and_then(|l| l.strip_prefix("savepoint: "))
-        .expect("no savepoint line")
-        .to_string();
+    let savepoint = run.stop_with_savepoint("after phase 1");
     // 4: phase 3, then the changed job (a new filter step, parallelism 2, bounded) from the
     // savepoint reads to the end and flushes its windows
     kafka
         .produce("clicks", &batch(phases[2].0.clone(), phases[2].1, 5))
         .unwrap();
     let changed = manifest(dir.path(), "clicks", &kafka, 2, true, true);
-    let run = Run::start(
-        &[
-            "run",
-            changed.to_str().unwrap(),
-            "--from-savepoint",
-            &savepoint,
-        ],
-        &[],
-    );
-    let (code, _, _) = run.finish();
-    assert_eq!(code, 0, "the bounded run from the savepoint failed");
+    Run::bounded_from_savepoint(&changed, &savepoint);
 
     let got = read_windows(&dir.path().join("out"));
     let want = expected(&phases);
@@ -442,6 +452,55 @@ fn kafka_to_parquet_exactly_once_across_kills_new_partitions_savepoint_and_resca
         "missing {missing:?}, wrong {wrong:?}"
     );
     assert_eq!(got, want);
+    drop(kafka);
+}
+
+/// Issue #38: the broker crashes (SIGKILL, no controlled shutdown) while the job checkpoints
+/// every 300 ms and comes back on the same ports and data: the job goes on without a person
+/// (its attempt may restart from a checkpoint), keeps checkpointing and committing, and every
+/// record is counted exactly once — then a stop with savepoint and a bounded run from it read
+/// the rest.
+#[test]
+fn kafka_broker_crash_during_checkpoints_is_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let watchdog = Watchdog::start(dir.path()).unwrap();
+    let mut kafka = Kafka::start(&dir.path().join("kafka"), Some(&watchdog)).unwrap();
+    kafka.create_topic("clicks", 3).unwrap();
+    let phases = [
+        (0..10_000, T0),
+        (10_000..20_000, T0 + 5 * HOUR),
+        (20_000..25_000, T0 + 10 * HOUR),
+    ];
+    kafka
+        .produce("clicks", &batch(phases[0].0.clone(), phases[0].1, 3))
+        .unwrap();
+    let unbounded = manifest(dir.path(), "crash", &kafka, 3, false, false);
+    let run = Run::start(&["run", unbounded.to_str().unwrap(), "--resume"], &[]);
+    let c = run.wait_checkpoint(2);
+    let gone = kafka.crash_and_restart(Some(&watchdog)).unwrap();
+    eprintln!("the broker was gone for {gone:?} after checkpoint {c}");
+    kafka
+        .produce("clicks", &batch(phases[1].0.clone(), phases[1].1, 3))
+        .unwrap();
+    // checkpoints go on after the broker is back, and phase 1's windows are committed
+    let c = run.wait_checkpoint(c + 3);
+    run.wait_windows(
+        &dir.path().join("out"),
+        &expected(&phases[..1]),
+        "phase 1's windows after the broker crash",
+        || format!("end offsets of clicks: {:?}", kafka.end_offsets("clicks")),
+    );
+    eprintln!("checkpoint {c} and every window of phase 1 after the broker came back");
+    let savepoint = run.stop_with_savepoint("after the broker crash");
+    kafka
+        .produce("clicks", &batch(phases[2].0.clone(), phases[2].1, 3))
+        .unwrap();
+    let bounded = manifest(dir.path(), "crash", &kafka, 3, false, true);
+    Run::bounded_from_savepoint(&bounded, &savepoint);
+    let got = read_windows(&dir.path().join("out"));
+    let total: i64 = got.values().map(|v| v.0).sum();
+    assert_eq!(total, 25_000, "every record counted exactly once");
+    assert_eq!(got, expected(&phases));
     drop(kafka);
 }
 
@@ -493,9 +552,7 @@ fn a_restored_subtask_with_nothing_new_to_read_still_lets_windows_close() {
     run.wait_windows(&dir.path().join("out"), &want, "the early windows", || {
         "after the restore".to_string()
     });
-    run.signal("INT");
-    let (code, _, _) = run.finish();
-    assert_eq!(code, 0, "stop with savepoint failed");
+    run.stop_with_savepoint("after the early windows");
     // the early windows, each record once; the late ones stay open in the savepoint
     assert_eq!(read_windows(&dir.path().join("out")), want);
     drop(kafka);
