@@ -44,6 +44,25 @@ kill_namespace() { # $1: "net:[inode]" — SIGKILL every process in that network
   fi
 }
 
+kill_cgroups() { # $1: cgroup path relative to each hierarchy's root — SIGKILL every process under it
+  # (containers run in network namespaces of their own, out of kill_namespace's reach: a Flink pod's
+  # JVMs outlived a run), then wait until the kernel has taken them out of the cgroups
+  local rel="$1" h pids=() deadline
+  [ -n "$rel" ] || return 0
+  for h in /sys/fs/cgroup/*/; do
+    [ -d "$h$rel" ] || continue
+    mapfile -t -O "${#pids[@]}" pids < <(find "$h$rel" -name cgroup.procs -exec cat {} + 2>/dev/null)
+  done
+  [ "${#pids[@]}" -gt 0 ] || return 0
+  mapfile -t pids < <(printf '%s\n' "${pids[@]}" | sort -un)
+  log "killing ${#pids[@]} process(es) left in the node's cgroups ($rel)"
+  kill -9 "${pids[@]}" 2>/dev/null || true
+  deadline=$((SECONDS + 10))
+  for p in "${pids[@]}"; do
+    while [ -e "/proc/$p" ] && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+  done
+}
+
 remove_cgroups() { # $1: cgroup path relative to each hierarchy's root
   local rel="$1" h
   [ -n "$rel" ] || return 0
@@ -89,6 +108,8 @@ cleanup_previous() {
     kill_namespace "$(cat "$STATE/netns")"
     rm -f "$STATE/netns"
   fi
+  # the node's cgroups are always the same path below this script's own
+  kill_cgroups "$(cgroup_root)"
   if [ -f "$STATE/cgroup" ]; then
     remove_cgroups "$(cat "$STATE/cgroup")"
     rm -f "$STATE/cgroup"
