@@ -39,11 +39,10 @@ impl Ctx<'_> {
         // gave it: fenced by its own run for good, it would crash-loop and fail the rollback
         // (found by the soak, seed 20261204). Replace it; the new pod restores from the
         // upgrade's savepoint and resumes from the latest checkpoint after it.
-        if let Some(p) = pod.as_ref().filter(|p| {
-            !p.terminating
-                && p.last_exit_code == Some(EXIT_SUPERSEDED)
-                && js.as_ref().is_none_or(|j| j.state != RunState::Running)
-        }) && s.kind != Shadow
+        if let Some(p) = pod
+            .as_ref()
+            .filter(|p| !p.terminating && p.fenced_by_own_epoch(js.as_ref()))
+            && s.kind != Shadow
         {
             self.delete_pod(&watched);
             let msg = format!(

@@ -74,10 +74,7 @@ impl Ctx<'_> {
             // warm start gave it (the old version of a rolled-back Shadow upgrade): it is fenced
             // for good and would crash-loop. Replace the pod: the new one resumes from the
             // latest checkpoint under a new epoch (found by the soak).
-            Some(p)
-                if p.last_exit_code == Some(EXIT_SUPERSEDED)
-                    && js.as_ref().is_none_or(|j| j.state != RunState::Running) =>
-            {
+            Some(p) if p.fenced_by_own_epoch(js.as_ref()) => {
                 self.delete_pod(&active);
                 let msg = format!(
                     "runtime pod {active} restarted under an older epoch and is fenced; replacing it (it resumes from the latest checkpoint)"

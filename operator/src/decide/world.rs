@@ -90,6 +90,14 @@ impl PodObs {
         }
     }
 
+    /// Its container last exited fenced (superseded) and its job does not run now: it restarted
+    /// under the epoch of its arguments, older than the one a warm start gave it, and will
+    /// crash-loop for good unless the pod is replaced.
+    pub fn fenced_by_own_epoch(&self, job: Option<&JobStatus>) -> bool {
+        self.last_exit_code == Some(EXIT_SUPERSEDED)
+            && job.is_none_or(|j| j.state != RunState::Running)
+    }
+
     /// Restarts this often (or a back-off reason) mean the version does not run.
     pub fn crash_looping(&self) -> bool {
         let reason = self.waiting_reason.as_deref();

@@ -146,11 +146,7 @@ pub(super) fn push(v: &mut Vec<Case>) {
     );
     // a warm-started pod (a rolled-back Shadow's old version) whose container restarted with
     // its pod's older --epoch: fenced for good, it would crash-loop; the soak found it
-    let mut o = world(100);
-    o.pods[0].last_exit_code = Some(exit::SUPERSEDED as i32);
-    o.pods[0].restarts = 17;
-    o.pods[0].waiting_reason = Some("CrashLoopBackOff".into());
-    o.runtime.clear();
+    let o = fenced_world(100, 17);
     v.push(
         Case::new(
             "running, container restarted under an older epoch (fenced): replace",

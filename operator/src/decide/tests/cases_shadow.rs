@@ -306,11 +306,7 @@ pub(super) fn push(v: &mut Vec<Case>) {
     // the soak's wedge (seed 20261204): the old pod, started warm with a newer epoch, had its
     // container restarted under the older epoch of its arguments; fenced by its own run it
     // crash-looped, and the rollback failed for good
-    let mut o = world(150);
-    o.pods[0].last_exit_code = Some(exit::SUPERSEDED as i32);
-    o.pods[0].restarts = 72;
-    o.pods[0].waiting_reason = Some("CrashLoopBackOff".into());
-    o.runtime.clear();
+    let o = fenced_world(150, 72);
     v.push(
         Case::new(
             "shadow rollback: old pod fenced by its own warm start, replace it",

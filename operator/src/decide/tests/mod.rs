@@ -116,6 +116,17 @@ fn world(now: i64) -> Observed {
     o
 }
 
+/// [`world`] whose old pod restarted under an older epoch and is fenced: crash-looping after
+/// `restarts` restarts, its job unreachable.
+fn fenced_world(now: i64, restarts: i32) -> Observed {
+    let mut o = world(now);
+    o.pods[0].last_exit_code = Some(exit::SUPERSEDED as i32);
+    o.pods[0].restarts = restarts;
+    o.pods[0].waiting_reason = Some("CrashLoopBackOff".into());
+    o.runtime.clear();
+    o
+}
+
 fn set_job(o: &mut Observed, name: &str, j: JobStatus) {
     o.runtime.retain(|(n, _)| n != name);
     o.runtime

@@ -184,11 +184,7 @@ fn no_stage_leaves_a_fenced_pod_crash_looping() {
     for stage in all_stages() {
         for (spec_name, spec) in specs() {
             let st = status_at(stage, &spec);
-            let mut o = world(150);
-            o.pods[0].last_exit_code = Some(exit::SUPERSEDED as i32);
-            o.pods[0].restarts = 9;
-            o.pods[0].waiting_reason = Some("CrashLoopBackOff".into());
-            o.runtime.clear();
+            let o = fenced_world(150, 9);
             let d = decide(&jref(), &spec, &st, &o);
             let removed = tags(&d).iter().any(|t| *t == format!("Remove:{OLD}"));
             // where the old pod is the job that must run (the steady state and its terminal
