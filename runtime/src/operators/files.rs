@@ -328,21 +328,9 @@ impl FilesSource {
                 ),
                 Err(e) => e.to_string(),
             };
-            let text = String::from_utf8_lossy(&bytes[at..at + raw]);
-            out.bad_record_at(
-                RecordOrigin {
-                    stream: file.to_string(),
-                    bucket: base,
-                    offset,
-                },
-                text.trim_end_matches(['\r', '\n']).to_string(),
-                format!("{file} at byte {offset}: {reason}"),
-            );
+            report_bad(out, file, base, &bytes[at..at + raw], offset, &reason);
         }
-        if good.is_empty() {
-            return Ok(good);
-        }
-        Ok(vec![arrow::compute::concat_batches(&schema, &good)?])
+        concat_good(&schema, good)
     }
 
     /// [`Self::parse_rows`] for CSV. Records are split by [`csv_split`] first, so a quote that
@@ -412,23 +400,16 @@ impl FilesSource {
                     Err(e) => (start, len, e.to_string()),
                 },
             };
-            let offset = base + at as u64;
-            out.bad_record_at(
-                RecordOrigin {
-                    stream: file.to_string(),
-                    bucket: base,
-                    offset,
-                },
-                String::from_utf8_lossy(&bytes[at..at + len])
-                    .trim_end_matches(['\r', '\n'])
-                    .to_string(),
-                format!("{file} at byte {offset}: {reason}"),
+            report_bad(
+                out,
+                file,
+                base,
+                &bytes[at..at + len],
+                base + at as u64,
+                &reason,
             );
         }
-        if good.is_empty() {
-            return Ok(good);
-        }
-        Ok(vec![arrow::compute::concat_batches(schema, &good)?])
+        concat_good(schema, good)
     }
 
     /// Opens a file at the position its split's state records.
@@ -572,6 +553,30 @@ fn parse_json(schema: &SchemaRef, bytes: Bytes) -> Result<Vec<RecordBatch>> {
         .with_batch_size(BATCH_ROWS)
         .build(Cursor::new(bytes))?
         .collect::<std::result::Result<Vec<_>, _>>()?)
+}
+
+/// Hands a bad record of `file` (its raw bytes, at byte `offset`; `base`: its chunk) to the step's
+/// `onBadRecord` policy.
+fn report_bad(out: &mut Collector, file: &str, base: u64, raw: &[u8], offset: u64, reason: &str) {
+    out.bad_record_at(
+        RecordOrigin {
+            stream: file.to_string(),
+            bucket: base,
+            offset,
+        },
+        String::from_utf8_lossy(raw)
+            .trim_end_matches(['\r', '\n'])
+            .to_string(),
+        format!("{file} at byte {offset}: {reason}"),
+    );
+}
+
+/// The good rows of a chunk parsed record by record, as one batch (none if there are none).
+fn concat_good(schema: &SchemaRef, good: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+    if good.is_empty() {
+        return Ok(good);
+    }
+    Ok(vec![arrow::compute::concat_batches(schema, &good)?])
 }
 
 /// All rows of CSV records.
