@@ -18,6 +18,24 @@ pub const CLUSTER_PORT: u16 = 6123;
 /// A worker's data port (channels between subtasks on different workers).
 pub const DATA_PORT: u16 = 6121;
 
+/// The listen address for `0.0.0.0:PORT` in a pod whose IP is `pod_ip` (its `POD_IP`): every
+/// interface of the pod, `[::]` on an IPv6 pod. Our processes listen on every interface, not on
+/// their pod IP only, because `kubectl port-forward` connects to the pod's loopback. Other
+/// addresses are kept as given.
+pub fn listen_in_pod(addr: std::net::SocketAddr, pod_ip: Option<&str>) -> std::net::SocketAddr {
+    let v6_pod = pod_ip
+        .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
+        .is_some_and(|ip| ip.is_ipv6());
+    if v6_pod && addr.ip() == std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED) {
+        std::net::SocketAddr::new(
+            std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+            addr.port(),
+        )
+    } else {
+        addr
+    }
+}
+
 /// Exit codes of `streamjob-runtime` that mean something to the operator.
 pub mod exit {
     /// Done (a finished bounded job, a plan that is compatible, a disposal).
@@ -33,4 +51,22 @@ pub mod exit {
     pub const SUPERSEDED: u8 = 4;
     /// Stopped by SIGTERM (128 + 15) after stopping cleanly.
     pub const SIGNALLED: u8 = 143;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listen_in_pod;
+
+    #[test]
+    fn every_interface_of_the_pod_in_its_family() {
+        let any = "0.0.0.0:8081".parse().unwrap();
+        assert_eq!(
+            listen_in_pod(any, Some("10.0.0.7")).to_string(),
+            "0.0.0.0:8081"
+        );
+        assert_eq!(listen_in_pod(any, None).to_string(), "0.0.0.0:8081");
+        assert_eq!(listen_in_pod(any, Some("fd00::7")).to_string(), "[::]:8081");
+        let own = "10.0.0.7:8081".parse().unwrap();
+        assert_eq!(listen_in_pod(own, Some("fd00::7")), own);
+    }
 }

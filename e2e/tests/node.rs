@@ -684,19 +684,60 @@ async fn c_network_policy_dns_and_port_forward() {
     assert_eq!((rc, out.as_str()), (1, "not found"));
     eprintln!("DNS: kubernetes.default and {fqdn} resolved through CoreDNS");
 
-    // port-forward through the API server, the kubelet and containerd into the probe's network
-    // namespace (our runtime and operator listen on their pod IP, not on the pod's loopback that
-    // port-forward dials: see the closing note of issue #36)
+    // port-forward through the API server, the kubelet and containerd into a pod's network
+    // namespace, where it dials the pod's loopback: the probe, the runtime's metrics (it listens
+    // on every interface of its pod) and the operator's readiness
+    let (child, local) = port_forward(env, &probe_ns, "pod/probe", 8080);
+    let mut stream = tokio::net::TcpStream::connect(format!("127.0.0.1:{local}"))
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut answer)
+        .await
+        .unwrap();
+    let stderr = stop_port_forward(child);
+    assert_eq!(
+        answer, "streamjob-e2e-probe\n",
+        "through port-forward; kubectl: {stderr}"
+    );
+    let runtime_pod = format!("pod/{}", runtime.metadata.name.clone().unwrap());
+    let (child, local) = port_forward(env, &job.ns, &runtime_pod, 9249);
+    let metrics = reqwest::get(format!("http://127.0.0.1:{local}/metrics")).await;
+    let stderr = stop_port_forward(child);
+    let metrics = metrics.unwrap().text().await.unwrap();
+    assert!(
+        metrics.contains("streamjob_records_out_total"),
+        "the runtime's /metrics through port-forward; kubectl: {stderr}; got: {}",
+        metrics.chars().take(300).collect::<String>()
+    );
+    let (child, local) = port_forward(
+        env,
+        op_ns,
+        &format!("svc/{svc_name}"),
+        port.parse().unwrap(),
+    );
+    let ready = reqwest::get(format!("http://127.0.0.1:{local}/readyz")).await;
+    let stderr = stop_port_forward(child);
+    assert_eq!(
+        ready.map(|r| r.status().as_u16()).ok(),
+        Some(200),
+        "the operator's /readyz through port-forward; kubectl: {stderr}"
+    );
+    eprintln!("port-forward: the probe, the runtime's /metrics and the operator's /readyz");
+    // a long job: stop it so that the next tests have the node's cores
+    env.kubectl_ok(
+        &["delete", "sj", &job.name, "-n", &job.ns, "--wait=false"],
+        None,
+    )
+    .unwrap();
+}
+
+/// `kubectl port-forward -n NS TARGET :PORT`: the running kubectl and its local port.
+fn port_forward(env: &TestEnv, ns: &str, target: &str, port: u16) -> (std::process::Child, String) {
     let mut pf = env.kubectl_command();
-    pf.args([
-        "port-forward",
-        "-n",
-        probe_ns.as_str(),
-        "pod/probe",
-        ":8080",
-    ])
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped());
+    pf.args(["port-forward", "-n", ns, target, &format!(":{port}")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     let mut child = pf.spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -711,35 +752,22 @@ async fn c_network_policy_dns_and_port_forward() {
     });
     let line = rx
         .recv_timeout(Duration::from_secs(30))
-        .expect("kubectl port-forward printed its local port");
+        .unwrap_or_else(|_| panic!("kubectl port-forward {target} printed no local port"));
     let local = line
         .strip_prefix("Forwarding from 127.0.0.1:")
         .and_then(|l| l.split_whitespace().next())
-        .unwrap_or_else(|| panic!("port-forward said: {line}"))
+        .unwrap_or_else(|| panic!("port-forward {target} said: {line}"))
         .to_string();
-    let mut stream = tokio::net::TcpStream::connect(format!("127.0.0.1:{local}"))
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut answer)
-        .await
-        .unwrap();
+    (child, local)
+}
+
+/// Ends a port-forward; its standard error, for messages.
+fn stop_port_forward(mut child: std::process::Child) -> String {
     let _ = child.kill();
-    let stderr = child
+    child
         .wait_with_output()
         .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
-        .unwrap_or_default();
-    assert_eq!(
-        answer, "streamjob-e2e-probe\n",
-        "through port-forward; kubectl: {stderr}"
-    );
-    eprintln!("port-forward: the probe answered through 127.0.0.1:{local}");
-    // a long job: stop it so that the next tests have the node's cores
-    env.kubectl_ok(
-        &["delete", "sj", &job.name, "-n", &job.ns, "--wait=false"],
-        None,
-    )
-    .unwrap();
+        .unwrap_or_default()
 }
 
 fn dump(env: &TestEnv, ns: &str) -> String {

@@ -146,14 +146,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // Probes and metrics first, so the pod is live while it waits for the lease.
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(metrics::serve(
-        args.metrics_addr,
-        metrics.clone(),
-        async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
-        },
-    ));
-    tracing::info!(addr = %args.metrics_addr, "serving /metrics, /healthz, /readyz");
+    // 0.0.0.0 (the chart's) is every interface of the pod, `[::]` on an IPv6 pod
+    let pod_ip = std::env::var("POD_IP").ok();
+    let metrics_addr =
+        streamjob_contract::process::listen_in_pod(args.metrics_addr, pod_ip.as_deref());
+    let server = tokio::spawn(metrics::serve(metrics_addr, metrics.clone(), async move {
+        let _ = stop_rx.wait_for(|s| *s).await;
+    }));
+    tracing::info!(addr = %metrics_addr, "serving /metrics, /healthz, /readyz");
 
     // Ready once the StreamJob API answers (CRD installed, RBAC in place).
     let probe: Api<StreamJob> = match args.namespaces.first() {

@@ -29,7 +29,7 @@ pub const ANNOTATION_COORDINATOR_UID: &str = "streamjob.io/coordinator-uid";
 /// Annotation of a coordinator pod of another engine (a Flink JobManager): the workers it
 /// expects (our runtime passes `--workers`).
 pub const ANNOTATION_WORKERS: &str = "streamjob.io/workers";
-/// Where coordinators accept workers (`--cluster-addr $(POD_IP):6123`).
+/// Where coordinators accept workers (`--cluster-addr 0.0.0.0:6123`).
 pub const CLUSTER_PORT: u16 = 6123;
 /// Where workers accept data from each other.
 pub const DATA_PORT: u16 = 6121;
@@ -206,7 +206,9 @@ pub fn worker_pod(
         "--coordinator".into(),
         format!("{ip}:{CLUSTER_PORT}"),
         "--data-addr".into(),
-        format!("$(POD_IP):{DATA_PORT}"),
+        format!("0.0.0.0:{DATA_PORT}"),
+        "--advertise-host".into(),
+        "$(POD_IP)".into(),
     ];
     let mut env = crate::resources::common_env(owner, &coordinator.hash, spec);
     env.push(crate::resources::secret_env(
@@ -402,7 +404,9 @@ mod tests {
                 "--coordinator",
                 "10.0.0.7:6123",
                 "--data-addr",
-                "$(POD_IP):6121"
+                "0.0.0.0:6121",
+                "--advertise-host",
+                "$(POD_IP)"
             ]
         );
         let env: Vec<String> = c.env.clone().unwrap().into_iter().map(|e| e.name).collect();

@@ -82,14 +82,15 @@ struct RunArgs {
     /// (when the control API is served).
     #[arg(long, default_value = "5s")]
     exit_grace: String,
-    /// Address of the control API (run: off unless set; coordinator: ${POD_IP:-127.0.0.1}:8081).
+    /// Address of the control API (run: off unless set; coordinator: 0.0.0.0:8081 in a pod,
+    /// where POD_IP is set, else 127.0.0.1:8081). `0.0.0.0` is `[::]` on an IPv6 pod.
     #[arg(long)]
     control_addr: Option<String>,
     /// File holding the control API bearer token (else env STREAMJOB_CONTROL_TOKEN).
     #[arg(long)]
     token_file: Option<String>,
     /// Address of the Prometheus `/metrics` endpoint, served without a token (run: off unless
-    /// set; coordinator in a pod, where POD_IP is set: ${POD_IP}:9249).
+    /// set; coordinator in a pod, where POD_IP is set: 0.0.0.0:9249).
     #[arg(long)]
     metrics_addr: Option<String>,
     /// Restarts after failures before the job fails for good.
@@ -99,7 +100,8 @@ struct RunArgs {
     /// this process).
     #[arg(long)]
     workers: Option<usize>,
-    /// coordinator with --workers: where workers register (default ${POD_IP:-127.0.0.1}:6123).
+    /// coordinator with --workers: where workers register (default 0.0.0.0:6123 in a pod, else
+    /// 127.0.0.1:6123).
     #[arg(long)]
     cluster_addr: Option<String>,
     /// coordinator with --workers: how long an attempt waits for all workers to register.
@@ -114,10 +116,12 @@ struct WorkerArgs {
     /// The coordinator's cluster address (its --cluster-addr).
     #[arg(long)]
     coordinator: String,
-    /// Where to listen for data from other workers (default ${POD_IP:-127.0.0.1}:0).
+    /// Where to listen for data from other workers (default 0.0.0.0:0 in a pod, else
+    /// 127.0.0.1:0).
     #[arg(long)]
     data_addr: Option<String>,
-    /// Host other workers connect to (default: the IP of --data-addr).
+    /// Host other workers connect to (default: the IP of --data-addr; POD_IP when that is a
+    /// wildcard address).
     #[arg(long)]
     advertise_host: Option<String>,
     /// File holding the job token (else env STREAMJOB_CONTROL_TOKEN).
@@ -428,9 +432,7 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
         _ => None,
     };
     if let Some(addr) = metrics_addr {
-        let parsed: SocketAddr = addr
-            .parse()
-            .map_err(|e| Error::Other(format!("--metrics-addr {addr}: {e}")))?;
+        let parsed = listen_addr("--metrics-addr", &addr)?;
         let bound = crate::control::serve_metrics(shared.clone(), parsed).await?;
         eprintln!("metrics: http://{bound}/metrics");
     }
@@ -604,17 +606,30 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
     }
 }
 
-/// `${POD_IP:-127.0.0.1}:port`: the default listen address of pods.
+/// The default listen address: every interface in a pod (where `POD_IP` is set), so that
+/// `kubectl port-forward`, which dials the pod's loopback, reaches it; loopback elsewhere.
 fn pod_addr(port: u16) -> String {
-    let ip = std::env::var("POD_IP").unwrap_or_else(|_| "127.0.0.1".into());
-    format!("{ip}:{port}")
+    match std::env::var_os("POD_IP") {
+        Some(_) => format!("0.0.0.0:{port}"),
+        None => format!("127.0.0.1:{port}"),
+    }
+}
+
+/// A listen address as given, `0.0.0.0` meaning every interface of the pod in its family.
+fn listen_addr(flag: &str, addr: &str) -> Result<SocketAddr> {
+    let parsed: SocketAddr = addr
+        .parse()
+        .map_err(|e| Error::Other(format!("{flag} {addr}: {e}")))?;
+    let pod_ip = std::env::var("POD_IP").ok();
+    Ok(streamjob_contract::process::listen_in_pod(
+        parsed,
+        pod_ip.as_deref(),
+    ))
 }
 
 /// Parses a listen address; off loopback it needs a token.
 fn parse_addr(flag: &str, addr: &str, token: Option<&str>) -> Result<SocketAddr> {
-    let parsed: SocketAddr = addr
-        .parse()
-        .map_err(|e| Error::Other(format!("{flag} {addr}: {e}")))?;
+    let parsed = listen_addr(flag, addr)?;
     if token.is_none() && !parsed.ip().is_loopback() {
         return Err(Error::Other(format!(
             "refusing to listen ({flag}) on non-loopback {parsed} without a token: pass --token-file or set STREAMJOB_CONTROL_TOKEN"
@@ -629,6 +644,17 @@ async fn worker(args: WorkerArgs, registry: Registry) -> Result<ExitCode> {
     let token = read_token(args.token_file.as_deref())?;
     let data_addr = args.data_addr.clone().unwrap_or_else(|| pod_addr(0));
     let data_addr = parse_addr("--data-addr", &data_addr, token.as_deref())?;
+    // other workers dial the advertised host: never a wildcard address
+    let advertise_host = match (&args.advertise_host, data_addr.ip().is_unspecified()) {
+        (Some(h), _) => Some(h.clone()),
+        (None, false) => None,
+        (None, true) => Some(std::env::var("POD_IP").map_err(|_| {
+            Error::Other(format!(
+                "--data-addr {data_addr} listens on every interface: pass --advertise-host \
+                 (or set POD_IP) for the address other workers dial"
+            ))
+        })?),
+    };
     let name = args
         .name
         .clone()
@@ -642,7 +668,7 @@ async fn worker(args: WorkerArgs, registry: Registry) -> Result<ExitCode> {
         crate::cluster::worker::WorkerOptions {
             coordinator: args.coordinator.clone(),
             data_addr,
-            advertise_host: args.advertise_host.clone(),
+            advertise_host,
             token,
             name,
             reconnect_timeout,

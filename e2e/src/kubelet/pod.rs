@@ -329,12 +329,15 @@ impl PodRuntime {
             .iter()
             .map(|c| expand(c, &env))
             .collect();
+        // processes share the host's network: a wildcard listen address (`0.0.0.0:PORT`, every
+        // interface of a real pod) stands for this pod's own IP, as a network namespace would
+        let own_ip = format!("{}:", self.ip);
         let args: Vec<String> = spec
             .args
             .clone()
             .unwrap_or_default()
             .iter()
-            .map(|a| expand(a, &env))
+            .map(|a| expand(a, &env).replace("0.0.0.0:", &own_ip))
             .collect();
         let (exe, mut argv): (PathBuf, Vec<String>) = match command.split_first() {
             None => (binary, vec![]),

@@ -2,9 +2,10 @@
 //! FROM our Flink 2.3.0 base image (laid out and started like the official `flink:` image), a
 //! JobManager and 2 TaskManagers (parallelism 2, the keyed count across them), state and output
 //! on MinIO through Flink's own S3 plugin (`ENABLE_BUILT_IN_PLUGINS`, as users enable it), the
-//! operator's NetworkPolicy enforced by the node. A savepoint by nonce, then an image bump in
-//! place: the check pod's init container copies the checker from the flink-checker image and the
-//! checker reads the S3 savepoint with the job's plugins. Every number in exactly one committed
+//! operator's NetworkPolicy enforced by the node. A savepoint by nonce; a change of the max
+//! parallelism refused by the pre-check with the job untouched; then an image bump in place: the
+//! check pod's init container copies the checker from the flink-checker image and the checker
+//! reads the S3 savepoint with the job's plugins. Every number in exactly one committed
 //! line, each key's running count exactly 1..=N across both images.
 
 use std::collections::BTreeMap;
@@ -19,10 +20,18 @@ const KEYS: u64 = 8;
 const FLINK_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The StreamJob: `tag` of the test job's image, `revision` written into every line, `rate`
-/// records per second per source subtask (0: run out), `nonce` a savepoint request.
-fn manifest(job: &Job, tag: &str, revision: &str, rate: u32, nonce: i64, s3: &str) -> String {
+/// records per second per source subtask (0: run out), `nonce` a savepoint request, `extra` more
+/// arguments of the test job.
+fn manifest(
+    job: &Job,
+    (tag, revision): (&str, &str),
+    rate: u32,
+    nonce: i64,
+    s3: &str,
+    extra: &[&str],
+) -> String {
     let root = format!("s3://{}/flink", job.bucket);
-    let args = counting_job_args(&format!("{root}/out"), RECORDS, KEYS, rate, revision, &[]);
+    let args = counting_job_args(&format!("{root}/out"), RECORDS, KEYS, rate, revision, extra);
     serde_json::json!({
         "apiVersion": "streamjob.io/v1alpha1",
         "kind": "StreamJob",
@@ -112,12 +121,15 @@ async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
     operator(env).await;
     let job = new_job(env, "flink").await;
     let s3 = env.s3().url.clone();
-    let apply = |tag: &str, revision: &str, rate: u32, nonce: i64| {
+    let apply_with = |tag: &str, revision: &str, rate: u32, nonce: i64, extra: &[&str]| {
         env.kubectl_ok(
             &["apply", "-f", "-"],
-            Some(&manifest(&job, tag, revision, rate, nonce, &s3)),
+            Some(&manifest(&job, (tag, revision), rate, nonce, &s3, extra)),
         )
         .expect("kubectl apply StreamJob");
+    };
+    let apply = |tag: &str, revision: &str, rate: u32, nonce: i64| {
+        apply_with(tag, revision, rate, nonce, &[]);
     };
     let t0 = Instant::now();
     apply(VERSION, "1", 80, 0);
@@ -189,6 +201,46 @@ async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
         pods_with_role(env, &job, "runtime").await[0].metadata.uid,
         jm[0].metadata.uid,
         "the JobManager stays"
+    );
+
+    // a change Flink could not restore (the max parallelism, which fixes the key groups) is
+    // refused by the check pod's verdict, read from a real container, before the job is touched
+    let t_refused = Instant::now();
+    apply_with(VERSION, "1", 80, 1, &["--max-parallelism", "256"]);
+    let o = wait_job(env, &job, "the pre-check's refusal", FLINK_TIMEOUT, |o| {
+        status(o)["upgrade"]["step"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("/Blocked"))
+            && condition_true(o, "UpgradeBlocked")
+    })
+    .await;
+    let message = status(&o)["upgrade"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(message.contains("max parallelism"), "refusal: {message:?}");
+    assert_eq!(deployed_hash(&o), first, "the running version stays");
+    assert_eq!(
+        pods_with_role(env, &job, "runtime").await[0].metadata.uid,
+        jm[0].metadata.uid,
+        "the JobManager was not touched"
+    );
+    poll_until(
+        "the check pod deleted",
+        TIMEOUT,
+        Duration::from_millis(250),
+        || async {
+            Ok(pods_with_role(env, &job, "plan")
+                .await
+                .is_empty()
+                .then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "refused in {:?}, the job untouched: {message}",
+        t_refused.elapsed()
     );
 
     // an image bump in place: the check pod (init container from the flink-checker image) reads

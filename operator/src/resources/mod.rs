@@ -290,8 +290,11 @@ pub fn runtime_pod(owner: &Owner, plan: &RunPlan, control_port: u16) -> Pod {
     let mut args = vec![
         "coordinator".to_string(),
         format!("env:{MANIFEST_ENV}"),
+        // every interface of the pod: `kubectl port-forward` dials the pod's loopback
         "--control-addr".into(),
-        format!("$(POD_IP):{control_port}"),
+        format!("0.0.0.0:{control_port}"),
+        "--metrics-addr".into(),
+        format!("0.0.0.0:{}", streamjob_contract::process::METRICS_PORT),
     ];
     // every pod resumes its own run's commits when its container restarts in place (the run
     // is told apart by its epoch), whatever the upgrade mode: a stateless start is `--fresh`
@@ -332,7 +335,7 @@ pub fn runtime_pod(owner: &Owner, plan: &RunPlan, control_port: u16) -> Pod {
             "--workers".into(),
             plan.spec.workers.to_string(),
             "--cluster-addr".into(),
-            format!("$(POD_IP):{}", crate::workers::CLUSTER_PORT),
+            format!("0.0.0.0:{}", crate::workers::CLUSTER_PORT),
         ]);
         ports.push(ContainerPort {
             name: Some("cluster".into()),

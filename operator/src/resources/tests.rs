@@ -199,7 +199,9 @@ fn runtime_pod_has_everything() {
             "coordinator",
             "env:STREAMJOB_MANIFEST",
             "--control-addr",
-            "$(POD_IP):8081",
+            "0.0.0.0:8081",
+            "--metrics-addr",
+            "0.0.0.0:9249",
             "--epoch",
             "0",
             "--from-savepoint",
@@ -295,7 +297,7 @@ fn runtime_pod_with_workers_listens_for_them() {
     let at = args.iter().position(|a| a == "--workers").unwrap();
     assert_eq!(args[at + 1], "2");
     let at = args.iter().position(|a| a == "--cluster-addr").unwrap();
-    assert_eq!(args[at + 1], "$(POD_IP):6123");
+    assert_eq!(args[at + 1], "0.0.0.0:6123");
     let ports: Vec<i32> = c
         .ports
         .clone()
