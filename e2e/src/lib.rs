@@ -15,6 +15,7 @@ pub mod kubelet;
 pub mod node;
 pub mod process;
 pub mod proxy;
+pub mod s3_faults;
 pub mod scenario;
 pub mod store;
 pub mod wait;

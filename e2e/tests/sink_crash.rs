@@ -1304,6 +1304,117 @@ async fn store_outages_are_ridden_out_or_restart_the_attempt_exactly_once() {
     );
 }
 
+/// Issue #38, S3 answers lost after the store acted. MinIO sits behind an HTTP proxy that
+/// answers `500 InternalError` after the store did what was asked (every fence probe's first
+/// create, every third fence commit, every second CompleteMultipartUpload), drops the connection
+/// without an answer after some of them (two fence commits, two completions), and throttles
+/// with `503 SlowDown` before the store sees the request (every fourth part upload, every
+/// ninth GET). A client retries a 500 and meets its own write: an existing commit object, an
+/// upload already completed. The job must take those for its own and go on; only an answer
+/// lost on a create-only write (a fence commit: not retried, it cannot tell) may cost an attempt.
+/// Exactly once, every fault kind seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_answers_lost_after_the_store_acted_are_exactly_once() {
+    use hyper::Method;
+    use streamjob_e2e::s3_faults::{Fault, Rule, S3FaultProxy};
+    // (name, method, path contains, query contains, every n-th, at most, fault)
+    #[rustfmt::skip]
+    let table = [
+        ("probe-500", Method::PUT, "/_fence/probe-", "", 1, 0, Fault::AppliedThenError),
+        ("commit-reset", Method::PUT, "/_fence/commit-", "", 7, 2, Fault::AppliedThenReset),
+        ("commit-500", Method::PUT, "/_fence/commit-", "", 3, 0, Fault::AppliedThenError),
+        ("complete-reset", Method::POST, "", "uploadId=", 2, 2, Fault::AppliedThenReset),
+        ("complete-500", Method::POST, "", "uploadId=", 3, 0, Fault::AppliedThenError),
+        ("part-503", Method::PUT, "", "partNumber=", 4, 0, Fault::SlowDown),
+        ("get-503", Method::GET, "", "", 9, 0, Fault::SlowDown),
+    ];
+    let rules: Vec<Rule> = table
+        .into_iter()
+        .map(
+            |(name, method, path_contains, query_contains, every, max, fault)| Rule {
+                name,
+                method,
+                path_contains,
+                query_contains,
+                every,
+                max,
+                fault,
+            },
+        )
+        .collect();
+    let names: Vec<&str> = rules.iter().map(|r| r.name).collect();
+    let bins = Binaries::locate().unwrap_or_else(|e| panic!("{e}"));
+    let bin = runtime_binary();
+    let dir = run_dir().with_extension("s3-faults");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_minio, s3) = minio_with_bucket(&bins, &dir).await;
+    let upstream: std::net::SocketAddr = s3.url.trim_start_matches("http://").parse().unwrap();
+    let proxy = S3FaultProxy::start(upstream, rules).unwrap();
+    let through_proxy = S3Endpoint {
+        url: proxy.url(),
+        ..s3.clone()
+    };
+    let case = Case {
+        fmt: Fmt::Json,
+        name: "s3faults",
+        format_yaml: "{jsonLines: {}}",
+        suffix: ".json",
+        // ~72 B per record: 14.4 MB per subtask, files of 6 MiB, each a completed multipart upload
+        count: 400_000,
+        rate: 16_000,
+        max_part_size: "6MiB",
+        pad: false,
+        compaction: None,
+    };
+    let manifest_path = dir.join("s3faults.yaml");
+    let target = Target::S3(s3.clone());
+    std::fs::write(
+        &manifest_path,
+        manifest(&case, &Target::S3(through_proxy), Some("10s")),
+    )
+    .unwrap();
+    let log = dir.join("s3faults.log");
+    let mut a = Attempt::start(&bin, &manifest_path, &target, &log);
+    let mut latest = 0;
+    let code = a.wait_exit(&mut latest).await;
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        code,
+        Some(0),
+        "the job did not finish; log in {}",
+        log.display()
+    );
+    let prefix = format!("out/{}", case.name);
+    let (objects, files, bytes, _) = exactly_once(&case, &target, &prefix, &dir).await;
+    no_uploads_left(&case, &target, &prefix, &BTreeMap::new(), &objects).await;
+    let report: Vec<String> = names
+        .iter()
+        .map(|n| format!("{n} {}/{}", proxy.injected(n), proxy.seen(n)))
+        .collect();
+    for n in &names {
+        assert!(
+            proxy.injected(n) > 0,
+            "no fault injected by {n} (faults/matches: {report:?}): the rule no longer matches \
+             what the runtime sends"
+        );
+    }
+    // a 500 or a 503 is retried and ridden out; only a fence commit that lost its answer
+    // (create-only, so not retried) may fail an attempt
+    let failed = lines.matches("job failed").count() as u64;
+    assert!(
+        failed <= proxy.injected("commit-reset"),
+        "{failed} failed attempts for {} lost fence-commit answers (faults/matches: {report:?}); \
+         log in {}",
+        proxy.injected("commit-reset"),
+        log.display()
+    );
+    eprintln!(
+        "S3 faults: {} records once in {files} files ({bytes} bytes), {latest} checkpoints, \
+         {failed} failed attempts; faults/matches {report:?}",
+        case.count
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Web identity (IRSA's flow) against MinIO's STS
 // ---------------------------------------------------------------------------------------------

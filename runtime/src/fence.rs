@@ -175,7 +175,12 @@ impl Fence {
     /// refused.
     async fn probe_create_only(&self) -> Result<()> {
         let name = format!("probe-{:020}-{:016x}", self.epoch, rand::random::<u64>());
-        let first = self.dir.put_new(&name, "first").await?;
+        let mut first = self.dir.put_new(&name, "first").await?;
+        if !first {
+            // the client may have retried our own create after losing its answer (a 5xx after
+            // the store acted): the name is new to this run, so its content tells
+            first = self.dir.get_if_exists(&name).await?.as_deref() == Some(b"first".as_slice());
+        }
         let second = self.dir.put_new(&name, "second").await;
         if let Err(e) = self.dir.delete(&name).await {
             tracing::debug!(%name, error = %e, "fencing: cannot delete the probe");
@@ -373,13 +378,22 @@ mod tests {
         assert!(reason.contains("commit 9"), "{reason}");
     }
 
-    /// A store that overwrites where it should refuse a create-only write (some S3-compatible
-    /// stores ignore `If-None-Match: *`).
+    /// How [`Twisted`] bends create-only writes.
     #[derive(Debug)]
-    struct IgnoresConditions(Arc<dyn streamjob_filesink::store::Store>);
+    enum Twist {
+        /// Overwrites where it should refuse (some S3-compatible stores ignore
+        /// `If-None-Match: *`).
+        IgnoresConditions,
+        /// Creates, then answers "it existed": a client retrying its own create after the
+        /// answer was lost (a 5xx after the store acted).
+        LosesCreateAnswers,
+    }
+
+    #[derive(Debug)]
+    struct Twisted(Arc<dyn streamjob_filesink::store::Store>, Twist);
 
     #[async_trait::async_trait]
-    impl streamjob_filesink::store::Store for IgnoresConditions {
+    impl streamjob_filesink::store::Store for Twisted {
         fn describe(&self) -> String {
             self.0.describe()
         }
@@ -390,7 +404,10 @@ mod tests {
             self.0.put(key, data).await
         }
         async fn put_new(&self, key: &str, data: Bytes) -> streamjob_filesink::Result<bool> {
-            self.0.put(key, data).await.map(|()| true)
+            match self.1 {
+                Twist::IgnoresConditions => self.0.put(key, data).await.map(|()| true),
+                Twist::LosesCreateAnswers => self.0.put_new(key, data).await.map(|_| false),
+            }
         }
         async fn get(&self, key: &str) -> streamjob_filesink::Result<Bytes> {
             self.0.get(key).await
@@ -416,7 +433,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let honest = Location::parse(tmp.path().to_str().unwrap(), None).unwrap();
         Fence::open(&honest, Some(1)).await.unwrap();
-        let broken = Location::on_store(Arc::new(IgnoresConditions(honest.store())), "s3://lax/ck");
+        let broken = Location::on_store(
+            Arc::new(Twisted(honest.store(), Twist::IgnoresConditions)),
+            "s3://lax/ck",
+        );
         let e = Fence::open(&broken, Some(2)).await.unwrap_err();
         assert!(matches!(e, Error::NoConditionalWrites { .. }), "{e}");
         let msg = e.to_string();
@@ -435,6 +455,26 @@ mod tests {
             .map(|(n, _)| n)
             .collect();
         assert_eq!(names, [epoch_name(1)], "{names:?}");
+    }
+
+    /// Issue #38: a create whose answer was lost and retried finds its own object. Neither the
+    /// probe nor a commit takes that for another run's write.
+    #[tokio::test]
+    async fn own_creates_retried_after_a_lost_answer_are_recognised() {
+        let tmp = tempfile::tempdir().unwrap();
+        let honest = Location::parse(tmp.path().to_str().unwrap(), None).unwrap();
+        let lossy = Location::on_store(
+            Arc::new(Twisted(honest.store(), Twist::LosesCreateAnswers)),
+            "s3://lossy/ck",
+        );
+        let (fence, _) = Fence::open(&lossy, Some(1)).await.unwrap();
+        let l = fence.ensure_current().await.unwrap();
+        fence.commit(&l, 1, "chk-1", 1).await.unwrap();
+        assert_eq!(fence.read(1).await.unwrap().unwrap().path, "chk-1");
+        // and a real conflict is still one
+        let (newer, _) = Fence::open(&lossy, Some(2)).await.unwrap();
+        let e = newer.commit(&l, 1, "chk-9", 9).await.unwrap_err();
+        assert_eq!(lost(&e), Some((1, 1)), "{e}");
     }
 
     /// (seq, epoch of the winner) of a lost commit.
