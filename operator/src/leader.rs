@@ -1,6 +1,13 @@
 //! Leader election through a `coordination.k8s.io/v1` Lease: one replica reconciles, the others
-//! wait. The leader renews the Lease every third of its duration; a replica that cannot renew
-//! before the Lease expires stops leading (the process exits and is restarted as a follower).
+//! wait.
+//!
+//! No decision compares the clocks of two machines. A follower does not read the holder's
+//! `renewTime` as a time: it notes, on its own monotonic clock, when it last saw the Lease's
+//! record change, and takes the Lease only after a whole `leaseDurationSeconds` without a change
+//! (client-go's rule). A leader that cannot renew stops leading a third of the duration before a
+//! follower could take over, counted from *before* its last successful renewal was sent, so the
+//! two never act at once whatever their clocks say (the process exits and is restarted as a
+//! follower).
 
 use std::time::Duration;
 
@@ -10,6 +17,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::Result;
 
@@ -21,28 +29,58 @@ pub struct LeaseConfig {
     pub duration: Duration,
 }
 
-/// Whether `me` may take or keep a Lease held by `holder`, last renewed at `renewed`.
-pub fn may_hold(
-    holder: Option<&str>,
-    renewed: Option<Timestamp>,
+impl LeaseConfig {
+    /// How long a leader keeps leading after the start of its last successful renewal: two
+    /// thirds of the duration (client-go's renew deadline is 10 s of 15 s).
+    pub fn renew_deadline(&self) -> Duration {
+        self.duration * 2 / 3
+    }
+}
+
+/// What this replica last saw of the Lease, and when on its own clock it first saw it so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// The holder and its renewal exactly as written (compared for change, never as a time).
+    record: (Option<String>, Option<String>),
     duration: Duration,
-    me: &str,
-    now: Timestamp,
-) -> bool {
-    match holder {
-        None | Some("") => true,
-        Some(h) if h == me => true,
-        Some(_) => match renewed {
+    since: Instant,
+}
+
+impl Observed {
+    /// Notes the Lease's record as read at `now`; keeps the earlier instant if it has not changed.
+    pub fn note(
+        previous: Option<&Observed>,
+        spec: &LeaseSpec,
+        fallback: Duration,
+        now: Instant,
+    ) -> Self {
+        let record = (
+            spec.holder_identity.clone().filter(|h| !h.is_empty()),
+            spec.renew_time.as_ref().map(|t| t.0.to_string()),
+        );
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(fallback, Duration::from_secs);
+        let since = match previous {
+            Some(p) if p.record == record => p.since,
+            _ => now,
+        };
+        Self {
+            record,
+            duration,
+            since,
+        }
+    }
+
+    /// Whether `me` may take or keep the Lease at `now`: it is free, ours, or its record has not
+    /// changed for a whole duration on this replica's clock.
+    pub fn may_hold(&self, me: &str, now: Instant) -> bool {
+        match self.record.0.as_deref() {
             None => true,
-            Some(r) => {
-                let expires = r
-                    .checked_add(k8s_openapi::jiff::SignedDuration::from_millis(
-                        i64::try_from(duration.as_millis()).unwrap_or(i64::MAX),
-                    ))
-                    .unwrap_or(Timestamp::MAX);
-                expires < now
-            }
-        },
+            Some(h) if h == me => true,
+            Some(_) => now.saturating_duration_since(self.since) > self.duration,
+        }
     }
 }
 
@@ -50,9 +88,15 @@ fn seconds(d: Duration) -> i32 {
     i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
 }
 
-/// One attempt to take or renew the Lease. `Ok(true)`: we lead until `now + duration`.
-pub async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool> {
-    let now = Timestamp::now();
+/// One attempt to take or renew the Lease. `Ok(true)`: we hold it. `seen` carries what this
+/// replica observed between attempts.
+pub async fn try_acquire(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    seen: &mut Option<Observed>,
+) -> Result<bool> {
+    // written into the Lease for people and tools to read; no replica decides by it
+    let stamp = MicroTime(Timestamp::now());
     match api.get_opt(&cfg.name).await? {
         None => {
             let lease = Lease {
@@ -64,8 +108,8 @@ pub async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool> {
                 spec: Some(LeaseSpec {
                     holder_identity: Some(cfg.identity.clone()),
                     lease_duration_seconds: Some(seconds(cfg.duration)),
-                    acquire_time: Some(MicroTime(now)),
-                    renew_time: Some(MicroTime(now)),
+                    acquire_time: Some(stamp.clone()),
+                    renew_time: Some(stamp),
                     lease_transitions: Some(0),
                     ..Default::default()
                 }),
@@ -78,22 +122,19 @@ pub async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool> {
         }
         Some(mut lease) => {
             let spec = lease.spec.clone().unwrap_or_default();
-            let holder = spec.holder_identity.as_deref();
-            let renewed = spec.renew_time.as_ref().map(|t| t.0);
-            let duration = spec
-                .lease_duration_seconds
-                .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
-                .unwrap_or(cfg.duration);
-            if !may_hold(holder, renewed, duration, &cfg.identity, now) {
+            let observed = Observed::note(seen.as_ref(), &spec, cfg.duration, Instant::now());
+            let may = observed.may_hold(&cfg.identity, Instant::now());
+            *seen = Some(observed);
+            if !may {
                 return Ok(false);
             }
-            let taking_over = holder != Some(cfg.identity.as_str());
+            let taking_over = spec.holder_identity.as_deref() != Some(cfg.identity.as_str());
             let mut new_spec = spec.clone();
             new_spec.holder_identity = Some(cfg.identity.clone());
             new_spec.lease_duration_seconds = Some(seconds(cfg.duration));
-            new_spec.renew_time = Some(MicroTime(now));
+            new_spec.renew_time = Some(stamp.clone());
             if taking_over {
-                new_spec.acquire_time = Some(MicroTime(now));
+                new_spec.acquire_time = Some(stamp);
                 new_spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
             }
             lease.spec = Some(new_spec);
@@ -107,38 +148,55 @@ pub async fn try_acquire(api: &Api<Lease>, cfg: &LeaseConfig) -> Result<bool> {
     }
 }
 
+/// Whether a leader whose last successful renewal was *sent* at `renewed` still leads at `now`.
+pub fn still_leading(renewed: Option<Instant>, cfg: &LeaseConfig, now: Instant) -> bool {
+    renewed.is_some_and(|t| now.saturating_duration_since(t) < cfg.renew_deadline())
+}
+
 /// Runs the election loop in the background; the receiver says whether we lead now.
 pub fn spawn(client: Client, cfg: LeaseConfig) -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
-        let period = (cfg.duration / 3).max(Duration::from_millis(500));
-        let mut last_ok: Option<tokio::time::Instant> = None;
+        let period = (cfg.duration / 5).max(Duration::from_millis(500));
+        let mut seen = None;
+        let mut renewed: Option<Instant> = None;
         loop {
-            match try_acquire(&api, &cfg).await {
-                Ok(true) => {
-                    last_ok = Some(tokio::time::Instant::now());
+            let sent = Instant::now();
+            // a renewal that hangs must not outlive the deadline it protects
+            let attempt =
+                tokio::time::timeout(cfg.renew_deadline(), try_acquire(&api, &cfg, &mut seen))
+                    .await;
+            match attempt {
+                Ok(Ok(true)) => {
+                    renewed = Some(sent);
                     if !*tx.borrow() {
                         tracing::info!(lease = %cfg.name, identity = %cfg.identity, "became leader");
                     }
                     let _ = tx.send(true);
                 }
-                Ok(false) => {
-                    last_ok = None;
+                Ok(Ok(false)) => {
+                    renewed = None;
                     let _ = tx.send(false);
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "lease renewal failed");
-                    // Keep leading only while the Lease we hold has not expired.
-                    if last_ok.is_none_or(|t| t.elapsed() >= cfg.duration) {
-                        let _ = tx.send(false);
-                    }
+                Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),
+                Err(_) => {
+                    tracing::warn!(deadline = ?cfg.renew_deadline(), "lease renewal timed out")
                 }
+            }
+            if *tx.borrow() && !still_leading(renewed, &cfg, Instant::now()) {
+                tracing::warn!(lease = %cfg.name, "no renewal within the renew deadline: stepping down");
+                let _ = tx.send(false);
             }
             if tx.is_closed() {
                 return;
             }
-            tokio::time::sleep(period).await;
+            // wake in time to step down at the deadline even while renewals keep failing
+            let next = match renewed {
+                Some(t) if *tx.borrow() => (t + cfg.renew_deadline()).min(Instant::now() + period),
+                _ => Instant::now() + period,
+            };
+            tokio::time::sleep_until(next).await;
         }
     });
     rx
@@ -148,16 +206,79 @@ pub fn spawn(client: Client, cfg: LeaseConfig) -> watch::Receiver<bool> {
 mod tests {
     use super::*;
 
+    fn spec(holder: Option<&str>, renewed_at_second: i64) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: holder.map(str::to_string),
+            renew_time: Timestamp::from_second(renewed_at_second)
+                .ok()
+                .map(MicroTime),
+            lease_duration_seconds: Some(15),
+            ..Default::default()
+        }
+    }
+
     #[test]
-    fn lease_rules() {
-        let now = Timestamp::from_second(1_000).unwrap_or(Timestamp::UNIX_EPOCH);
+    fn a_free_or_own_lease_may_be_held_at_once() {
+        let now = Instant::now();
+        let free = Observed::note(None, &spec(None, 0), Duration::from_secs(15), now);
+        assert!(free.may_hold("me", now));
+        let empty = Observed::note(None, &spec(Some(""), 0), Duration::from_secs(15), now);
+        assert!(empty.may_hold("me", now));
+        let mine = Observed::note(None, &spec(Some("me"), 0), Duration::from_secs(15), now);
+        assert!(mine.may_hold("me", now));
+    }
+
+    /// The holder's renewTime is only compared for change: a renewal stamped 30 s behind (or
+    /// ahead of) this replica's clock neither hands the Lease over nor keeps it.
+    #[test]
+    fn another_holder_is_waited_out_on_this_replica_s_clock_whatever_its_stamps_say() {
         let d = Duration::from_secs(15);
-        let recent = Timestamp::from_second(990).unwrap_or(Timestamp::UNIX_EPOCH);
-        let old = Timestamp::from_second(900).unwrap_or(Timestamp::UNIX_EPOCH);
-        assert!(may_hold(None, None, d, "me", now));
-        assert!(may_hold(Some("me"), Some(recent), d, "me", now));
-        assert!(!may_hold(Some("other"), Some(recent), d, "me", now));
-        assert!(may_hold(Some("other"), Some(old), d, "me", now));
-        assert!(may_hold(Some("other"), None, d, "me", now));
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // stamps far in the past (the holder's clock is behind): still renewing, so never taken
+        let mut seen = Observed::note(None, &spec(Some("other"), 1_000), d, at(0));
+        for (i, stamp) in [1_005, 1_010, 1_015, 1_020].into_iter().enumerate() {
+            let now = at(5 * (i as u64 + 1));
+            seen = Observed::note(Some(&seen), &spec(Some("other"), stamp), d, now);
+            assert!(!seen.may_hold("me", now), "renewed {i}");
+        }
+        // it stops renewing at 20 s: taken only once a whole duration has passed here
+        let last = seen.clone();
+        seen = Observed::note(Some(&last), &spec(Some("other"), 1_020), d, at(30));
+        assert!(!seen.may_hold("me", at(35)));
+        assert!(seen.may_hold("me", at(36)));
+        // stamps far in the future (the holder's clock is ahead) change nothing either
+        let ahead = Observed::note(None, &spec(Some("other"), 9_999_999), d, at(0));
+        assert!(!ahead.may_hold("me", at(15)));
+        assert!(ahead.may_hold("me", at(16)));
+    }
+
+    /// A leader steps down before any follower may take over: its deadline (10 s of a 15 s
+    /// Lease) runs from before its renewal was sent, a follower's wait from after it saw it.
+    #[test]
+    fn a_leader_steps_down_before_a_follower_may_take_over() {
+        let cfg = LeaseConfig {
+            namespace: "ops".into(),
+            name: "streamjob".into(),
+            identity: "a".into(),
+            duration: Duration::from_secs(15),
+        };
+        let sent = Instant::now();
+        assert!(still_leading(
+            Some(sent),
+            &cfg,
+            sent + Duration::from_secs(9)
+        ));
+        assert!(!still_leading(
+            Some(sent),
+            &cfg,
+            sent + Duration::from_secs(10)
+        ));
+        assert!(!still_leading(None, &cfg, sent));
+        // the follower read the renewed record no earlier than it was sent
+        let follower = Observed::note(None, &spec(Some("a"), 0), cfg.duration, sent);
+        let earliest_takeover = sent + cfg.duration;
+        assert!(!follower.may_hold("b", earliest_takeover));
+        assert!(earliest_takeover > sent + cfg.renew_deadline());
     }
 }
