@@ -536,12 +536,22 @@ impl OutputTracker {
     /// Longest interval between consecutive advances, counting the pairs whose later advance
     /// is after `from` (so the interval spanning `from` is included) and not after `to`.
     pub fn max_gap(&self, from: Instant, to: Instant) -> Duration {
-        self.advances
+        self.gaps(from, to)
+            .first()
+            .map(|(a, b)| *b - *a)
+            .unwrap_or_default()
+    }
+
+    /// The intervals between consecutive advances counted by [`Self::max_gap`], longest first.
+    pub fn gaps(&self, from: Instant, to: Instant) -> Vec<(Instant, Instant)> {
+        let mut gaps: Vec<(Instant, Instant)> = self
+            .advances
             .windows(2)
             .filter(|w| w[1] > from && w[1] <= to)
-            .map(|w| w[1] - w[0])
-            .max()
-            .unwrap_or_default()
+            .map(|w| (w[0], w[1]))
+            .collect();
+        gaps.sort_by_key(|(a, b)| std::cmp::Reverse(*b - *a));
+        gaps
     }
 }
 

@@ -18,8 +18,9 @@
 //! (key, window) aggregate must then be committed exactly once with the right value.
 //!
 //! Prints faults injected by kind, records and aggregates expected, read, missing, duplicated
-//! and wrong, and the longest output stall (wall time without newly committed windows); writes
-//! the table to `target/soak/soak.txt`; exits non-zero unless the output is exactly once.
+//! and wrong, the longest output stall (wall time without newly committed windows), and the five
+//! longest stalls with the faults in each and the recovery their own durations do not explain;
+//! writes the table to `target/soak/soak.txt`; exits non-zero unless the output is exactly once.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -72,6 +73,18 @@ enum Fault {
     StoreOutage,
     StoreSlowdown,
     ApiServerRestart,
+    /// Not drawn: the good spec applied when the faults are done (an upgrade, if the last one
+    /// applied was another), kept in the timeline because it can stall the output too.
+    FinalGoodSpec,
+}
+
+/// A fault in the timeline: when it started and how long it lasted by itself (a pause, an
+/// outage, a slowdown, the API server away; zero for a kill or an applied spec).
+#[derive(Clone, Copy, Debug)]
+struct Injected {
+    at: Instant,
+    fault: Fault,
+    lasted: Duration,
 }
 
 /// Each kind with its weight in the random choice.
@@ -157,6 +170,7 @@ async fn main() -> Result<()> {
         status(&started)["deployment"]["workload"]
     ));
     let mut injected: BTreeMap<Fault, usize> = BTreeMap::new();
+    let mut timeline: Vec<Injected> = Vec::new();
     let mut skipped = 0usize;
     let stop_at = START_MS + (soak.job.count as i64) - 15 * RATE as i64;
     while injected.values().sum::<usize>() < wanted {
@@ -168,9 +182,13 @@ async fn main() -> Result<()> {
         // a random moment: the gap between faults is the schedule, not synchronisation
         tokio::time::sleep(Duration::from_millis(rng.random_range(500..2500))).await;
         let fault = pick(&mut rng);
+        let at = Instant::now();
         match soak.inject(fault, &mut rng, committed).await {
-            Ok(true) => *injected.entry(fault).or_default() += 1,
-            Ok(false) => skipped += 1,
+            Ok(Some(lasted)) => {
+                *injected.entry(fault).or_default() += 1;
+                timeline.push(Injected { at, fault, lasted });
+            }
+            Ok(None) => skipped += 1,
             Err(e) => {
                 soak.log(&format!("{fault:?} could not be injected: {e:#}"));
                 skipped += 1;
@@ -184,6 +202,11 @@ async fn main() -> Result<()> {
     soak.job.filter = false;
     soak.job.checkpoint_interval = "1s";
     soak.job.readiness_timeout = "60s";
+    timeline.push(Injected {
+        at: Instant::now(),
+        fault: Fault::FinalGoodSpec,
+        lasted: Duration::ZERO,
+    });
     soak.apply()?;
     soak.log("faults done; the last spec applied is a good one");
     let finished = soak
@@ -195,6 +218,7 @@ async fn main() -> Result<()> {
     t.sample(soak.env.s3(), &soak.job.bucket, &soak.job.name)
         .await?;
     let stall = t.max_gap(t0, finished_at);
+    let stalls = blame(&t.gaps(t0, finished_at), &timeline);
     let got = scenario::read_output(&soak.env, &soak.job.bucket, &soak.job.name).await?;
     let want = soak.job.expected();
     let report = Report::new(&want, &got);
@@ -208,6 +232,7 @@ async fn main() -> Result<()> {
         faults_done - t0,
         finished_at - t0,
     );
+    let table = format!("{table}\n{}", render_stalls(&stalls, t0));
     // what the operator did about the faults (from the job's events)
     let mut blocked = 0;
     let mut table = format!("{table}\n| operator events | count |\n|---|---:|\n");
@@ -438,14 +463,15 @@ impl Soak {
             .sum())
     }
 
-    /// Injects one fault; `Ok(false)` when it does not apply now (no such process, an upgrade
-    /// in flight).
+    /// Injects one fault: how long it lasted by itself, or `None` when it does not apply now (no
+    /// such process, an upgrade in flight).
     async fn inject(
         &mut self,
         fault: Fault,
         rng: &mut StdRng,
         committed: Option<i64>,
-    ) -> Result<bool> {
+    ) -> Result<Option<Duration>> {
+        let mut lasted = Duration::ZERO;
         match fault {
             Fault::KillRuntime | Fault::KillWorker | Fault::KillOperator => {
                 let target = match fault {
@@ -462,16 +488,17 @@ impl Soak {
                     _ => self.operator_pid().await?,
                 };
                 let Some((pod, pid)) = target else {
-                    return Ok(false);
+                    return Ok(None);
                 };
                 signal(pid, Signal::SIGKILL)?;
                 self.log(&format!("{fault:?}: {pod} (pid {pid})"));
             }
             Fault::PauseRuntime => {
                 let Some((pod, pid)) = self.coordinator().await? else {
-                    return Ok(false);
+                    return Ok(None);
                 };
                 let pause = Duration::from_millis(rng.random_range(1000..4000));
+                lasted = pause;
                 signal(pid, Signal::SIGSTOP)?;
                 tokio::time::sleep(pause).await;
                 // gone meanwhile (deleted by an upgrade) is fine
@@ -480,7 +507,7 @@ impl Soak {
             }
             Fault::ImageBump | Fault::FailingVersion => {
                 if self.upgrading().await? {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 self.version += 1;
                 self.job.image = format!("streamjob/runtime:v{}", self.version);
@@ -491,7 +518,7 @@ impl Soak {
                 };
                 if fault == Fault::FailingVersion {
                     let Some(end) = committed else {
-                        return Ok(false);
+                        return Ok(None);
                     };
                     let poison = u64::try_from(end - START_MS)? + 10 * RATE;
                     self.job.filter = true;
@@ -521,6 +548,7 @@ impl Soak {
             }
             Fault::StoreOutage => {
                 let outage = Duration::from_millis(rng.random_range(500..8000));
+                lasted = outage;
                 self.proxy.start_outage();
                 tokio::time::sleep(outage).await;
                 self.proxy.end_outage();
@@ -528,18 +556,21 @@ impl Soak {
             }
             Fault::ApiServerRestart => {
                 let away = self.env.restart_apiserver().await?;
+                lasted = away;
                 self.log(&format!("{fault:?}: away {away:?}"));
             }
             Fault::StoreSlowdown => {
                 let delay = Duration::from_millis(rng.random_range(20..200));
                 let lasting = Duration::from_millis(rng.random_range(2000..8000));
+                lasted = lasting;
                 self.proxy.set_delay(delay);
                 tokio::time::sleep(lasting).await;
                 self.proxy.set_delay(Duration::ZERO);
                 self.log(&format!("{fault:?}: {delay:?} per chunk for {lasting:?}"));
             }
+            Fault::FinalGoodSpec => return Ok(None),
         }
-        Ok(true)
+        Ok(Some(lasted))
     }
 }
 
@@ -595,6 +626,89 @@ impl Report {
     }
 }
 
+/// An output stall and the faults behind it.
+#[derive(Debug)]
+struct Stall {
+    from: Instant,
+    to: Instant,
+    /// Faults started from 1 s before the stall to its end (an advance already in flight when
+    /// a fault hit still lands): the first is the likely cause.
+    faults: Vec<Injected>,
+    /// From the end of the last of those faults to the output's next advance: the recovery the
+    /// faults' own durations do not explain (the whole stall when no fault was in it).
+    beyond: Duration,
+}
+
+/// The stalls (longest first) with the faults of `timeline` in each.
+fn blame(gaps: &[(Instant, Instant)], timeline: &[Injected]) -> Vec<Stall> {
+    gaps.iter()
+        .map(|&(from, to)| {
+            let faults: Vec<Injected> = timeline
+                .iter()
+                .filter(|f| f.at + Duration::from_secs(1) >= from && f.at < to)
+                .copied()
+                .collect();
+            let quiet_from = faults
+                .iter()
+                .map(|f| (f.at + f.lasted).max(from))
+                .max()
+                .unwrap_or(from);
+            Stall {
+                from,
+                to,
+                faults,
+                beyond: to.saturating_duration_since(quiet_from),
+            }
+        })
+        .collect()
+}
+
+/// The five longest stalls, and the longest recovery beyond the faults' own durations.
+fn render_stalls(stalls: &[Stall], t0: Instant) -> String {
+    let mut t = String::from(
+        "| output stall | from (s) | faults in it (s after start, own duration) | beyond the faults |\n|---:|---:|---|---:|\n",
+    );
+    for s in stalls.iter().take(5) {
+        let faults: Vec<String> = s
+            .faults
+            .iter()
+            .map(|f| {
+                format!(
+                    "{:?} at {:.1} ({:.1} s)",
+                    f.fault,
+                    (f.at - t0).as_secs_f64(),
+                    f.lasted.as_secs_f64()
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            t,
+            "| {:.1} s | {:.1} | {} | {:.1} s |",
+            (s.to - s.from).as_secs_f64(),
+            (s.from - t0).as_secs_f64(),
+            if faults.is_empty() {
+                "none".to_string()
+            } else {
+                faults.join(", ")
+            },
+            s.beyond.as_secs_f64()
+        );
+    }
+    if let Some(worst) = stalls.iter().max_by_key(|s| s.beyond) {
+        let cause = worst
+            .faults
+            .first()
+            .map_or("no fault".to_string(), |f| format!("{:?}", f.fault));
+        let _ = writeln!(
+            t,
+            "\nlongest recovery beyond the faults' own durations: {:.1} s (stall from {:.1} s, first fault {cause})",
+            worst.beyond.as_secs_f64(),
+            (worst.from - t0).as_secs_f64()
+        );
+    }
+    t
+}
+
 #[allow(clippy::too_many_arguments)]
 fn render(
     seed: u64,
@@ -648,4 +762,45 @@ fn render(
         }
     );
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stall_is_blamed_on_the_faults_in_it_and_measured_past_their_end() {
+        let t0 = Instant::now();
+        let s = |secs: f64| t0 + Duration::from_secs_f64(secs);
+        let timeline = [
+            Injected {
+                at: s(10.0),
+                fault: Fault::KillRuntime,
+                lasted: Duration::ZERO,
+            },
+            Injected {
+                at: s(20.0),
+                fault: Fault::StoreOutage,
+                lasted: Duration::from_secs(5),
+            },
+            Injected {
+                at: s(45.0),
+                fault: Fault::KillWorker,
+                lasted: Duration::ZERO,
+            },
+        ];
+        let stalls = blame(&[(s(10.5), s(40.0)), (s(50.0), s(52.0))], &timeline);
+        // the kill half a second before the last advance still counts; the outage ended at 25 s
+        let kinds: Vec<Fault> = stalls[0].faults.iter().map(|f| f.fault).collect();
+        assert_eq!(kinds, [Fault::KillRuntime, Fault::StoreOutage]);
+        assert_eq!(stalls[0].beyond, Duration::from_secs(15));
+        // no fault in it: the whole stall is unexplained
+        assert!(stalls[1].faults.is_empty());
+        assert_eq!(stalls[1].beyond, Duration::from_secs(2));
+        let table = render_stalls(&stalls, t0);
+        assert!(
+            table.contains("longest recovery beyond the faults' own durations: 15.0 s"),
+            "{table}"
+        );
+    }
 }
