@@ -122,8 +122,9 @@ pub async fn try_acquire(
         }
         Some(mut lease) => {
             let spec = lease.spec.clone().unwrap_or_default();
-            let observed = Observed::note(seen.as_ref(), &spec, cfg.duration, Instant::now());
-            let may = observed.may_hold(&cfg.identity, Instant::now());
+            let now = Instant::now();
+            let observed = Observed::note(seen.as_ref(), &spec, cfg.duration, now);
+            let may = observed.may_hold(&cfg.identity, now);
             *seen = Some(observed);
             if !may {
                 return Ok(false);
