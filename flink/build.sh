@@ -28,6 +28,15 @@ if [ -f "$dir/.sources-sha256" ] && [ "$(cat "$dir/.sources-sha256")" = "$sha" ]
 fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+# reproducible_jar JAR DIR : a jar of DIR's files in a fixed order with fixed entry times, so the
+# same sources give the same bytes on every machine (the images built from the jars are keyed by
+# their content; `jar cf` takes the directory order and the build's clock)
+reproducible_jar() {
+  local list="$work/jar-args"
+  (cd "$2" && find . -type f | LC_ALL=C sort | sed 's|^\./||') \
+    | while IFS= read -r f; do printf -- '-C\n%s\n%s\n' "$2" "$f"; done >"$list"
+  jar --create --file "$1" --date=1980-01-01T00:00:02Z @"$list"
+}
 for part in checker testjob testplugin; do
   mkdir -p "$work/$part"
   # --release 17: the jars run on the Java 17 the Flink JVMs use
@@ -36,7 +45,7 @@ for part in checker testjob testplugin; do
   test -n "$(find "$work/$part" -name '*.class' -print -quit)" || { echo "build.sh: compiling $part failed" >&2; exit 1; }
   # service registrations (a plugin's file system factory is found through them)
   if [ -d "$here/$part/src/main/resources" ]; then cp -R "$here/$part/src/main/resources/." "$work/$part/"; fi
-  jar cf "$dir/streamjob-flink-$part.jar.tmp" -C "$work/$part" .
+  reproducible_jar "$dir/streamjob-flink-$part.jar.tmp" "$work/$part"
   mv "$dir/streamjob-flink-$part.jar.tmp" "$dir/streamjob-flink-$part.jar"
 done
 # What the flink-checker image holds for this minor (the check pod's init container copies it):
@@ -53,7 +62,7 @@ cp "$dir/streamjob-flink-testjob.jar" "$dir/testjob-usrlib/streamjob-flink-testj
 rm -f "$work/testjob/dev/streamjob/flink/testjob/AuditTally.class"
 rm -rf "$dir/testjob-v2-usrlib"
 mkdir -p "$dir/testjob-v2-usrlib"
-jar cf "$dir/testjob-v2-usrlib/streamjob-flink-testjob.jar" -C "$work/testjob" .
+reproducible_jar "$dir/testjob-v2-usrlib/streamjob-flink-testjob.jar" "$work/testjob"
 # Flink loads each plugin from its own folder under plugins/, in a class loader of its own.
 rm -rf "$dir/plugins/streamjob-plugin"
 mkdir -p "$dir/plugins/streamjob-plugin"

@@ -1647,7 +1647,8 @@ pub struct CheckpointInfo {
     /// Path of the checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    /// Completion time (RFC 3339).
+    /// When the operator first saw it completed (RFC 3339, on the API server's clock as the
+    /// operator reads it, like every time in status; within a reconcile of its completion).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
 }

@@ -29,10 +29,12 @@ pub const PLAIN_USER: (&str, &str) = ("alice", "alice-secret");
 /// The SCRAM-SHA-256 user of the SASL listener.
 pub const SCRAM_USER: (&str, &str) = ("bob", "bob-secret");
 
-/// A running single-node broker; stopped when dropped.
+/// A running broker (one KRaft node, or several: [`Kafka::start_cluster`]); stopped when
+/// dropped.
 #[derive(Debug)]
 pub struct Kafka {
-    process: ManagedProcess,
+    /// The KRaft nodes, by node id - 1.
+    pub(crate) nodes: Vec<Node>,
     /// `127.0.0.1:<port>` of the PLAINTEXT listener.
     pub bootstrap: String,
     /// `127.0.0.1:<port>` of the SASL_PLAINTEXT listener.
@@ -43,9 +45,17 @@ pub struct Kafka {
     pub tls: BrokerTls,
     /// How long start-up took (format + start until metadata answers).
     pub start_duration: Duration,
-    /// The jars and the broker's folder (server.properties, data, log): what a restart reuses.
-    lib: PathBuf,
-    dir: PathBuf,
+    /// The jars: what a restart reuses.
+    pub(crate) lib: PathBuf,
+}
+
+/// One KRaft node (broker and controller) and its folder (server.properties, data, log).
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub(crate) id: i32,
+    /// `None` while the node is down ([`Kafka::kill_node`]).
+    pub(crate) process: Option<ManagedProcess>,
+    pub(crate) dir: PathBuf,
 }
 
 /// The folder with the broker's jars.
@@ -82,13 +92,17 @@ pub fn kafka_lib() -> Result<PathBuf> {
 }
 
 /// The broker of `dir` (formatted, its server.properties written), as a managed process.
-fn spawn_broker(lib: &Path, dir: &Path, watchdog: Option<&Watchdog>) -> Result<ManagedProcess> {
+pub(crate) fn spawn_broker(
+    lib: &Path,
+    dir: &Path,
+    watchdog: Option<&Watchdog>,
+) -> Result<ManagedProcess> {
     let mut cmd = java(lib, dir);
     cmd.arg("kafka.Kafka").arg(dir.join("server.properties"));
     Ok(ManagedProcess::spawn("kafka", cmd, dir, watchdog)?.with_grace(Duration::from_secs(10)))
 }
 
-fn java(lib: &Path, dir: &Path) -> Command {
+pub(crate) fn java(lib: &Path, dir: &Path) -> Command {
     let mut cmd = Command::new(std::env::var("STREAMJOB_JAVA").unwrap_or_else(|_| "java".into()));
     cmd.arg("-Xms128m")
         .arg("-Xmx512m")
@@ -104,7 +118,7 @@ fn java(lib: &Path, dir: &Path) -> Command {
     cmd
 }
 
-const LOG4J2: &str = "status = warn
+pub(crate) const LOG4J2: &str = "status = warn
 appender.out.type = Console
 appender.out.name = OUT
 appender.out.layout.type = PatternLayout
@@ -194,14 +208,17 @@ listener.name.sasl_ssl.ssl.client.auth=required
         )?;
         let process = spawn_broker(&lib, dir, watchdog)?;
         let kafka = Self {
-            process,
+            nodes: vec![Node {
+                id: 1,
+                process: Some(process),
+                dir: dir.to_path_buf(),
+            }],
             bootstrap: format!("127.0.0.1:{port}"),
             sasl_bootstrap: format!("127.0.0.1:{sasl_port}"),
             tls_bootstrap: format!("127.0.0.1:{tls_port}"),
             tls,
             start_duration: Duration::ZERO,
             lib,
-            dir: dir.to_path_buf(),
         };
         kafka.wait_ready()?;
         let start_duration = t0.elapsed();
@@ -217,25 +234,61 @@ listener.name.sasl_ssl.ssl.client.auth=required
     /// gone.
     pub fn crash_and_restart(&mut self, watchdog: Option<&Watchdog>) -> Result<Duration> {
         let t0 = Instant::now();
-        self.process.set_grace(Duration::ZERO);
-        self.process.stop();
-        self.process = spawn_broker(&self.lib, &self.dir, watchdog)?;
-        self.wait_ready()?;
+        self.kill_node(1)?;
+        self.start_node(1, watchdog)?;
         Ok(t0.elapsed())
     }
 
-    /// Waits until the broker answers metadata requests on the plain listener.
-    fn wait_ready(&self) -> Result<()> {
+    /// SIGKILLs node `id` (a crash: no controlled shutdown); it stays down until
+    /// [`Kafka::start_node`].
+    pub fn kill_node(&mut self, id: i32) -> Result<()> {
+        let node = self.node(id)?;
+        if let Some(mut process) = node.process.take() {
+            process.set_grace(Duration::ZERO);
+            process.stop();
+        }
+        Ok(())
+    }
+
+    /// Starts node `id` again on its ports and data; returns once the cluster's metadata lists
+    /// every running node.
+    pub fn start_node(&mut self, id: i32, watchdog: Option<&Watchdog>) -> Result<()> {
+        let lib = self.lib.clone();
+        let node = self.node(id)?;
+        if node.process.is_none() {
+            node.process = Some(spawn_broker(&lib, &node.dir, watchdog)?);
+        }
+        self.wait_ready()
+    }
+
+    fn node(&mut self, id: i32) -> Result<&mut Node> {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.id == id)
+            .ok_or_else(|| Error::Other(format!("kafka: no node {id}")))
+    }
+
+    /// Waits until the metadata on the plain listener lists every running node.
+    pub(crate) fn wait_ready(&self) -> Result<()> {
         let kafka = self;
+        let running = self.nodes.iter().filter(|n| n.process.is_some()).count();
+        let log = self
+            .nodes
+            .iter()
+            .find_map(|n| n.process.as_ref())
+            .map(|p| p.log().display().to_string())
+            .unwrap_or_default();
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            kafka.process.check_running()?;
+            for process in self.nodes.iter().filter_map(|n| n.process.as_ref()) {
+                process.check_running()?;
+            }
             let consumer: BaseConsumer = kafka
                 .client_config()
                 .create()
                 .map_err(|e| Error::Other(format!("kafka client: {e}")))?;
             match consumer.fetch_metadata(None, Duration::from_secs(2)) {
-                Ok(md) if !md.brokers().is_empty() => break,
+                Ok(md) if md.brokers().len() >= running => break,
                 Ok(_) | Err(_) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(200));
                 }
@@ -244,7 +297,7 @@ listener.name.sasl_ssl.ssl.client.auth=required
                     return Err(Error::Timeout {
                         what: "the Kafka broker's metadata".into(),
                         timeout: Duration::from_secs(120),
-                        last: format!(": {e}; log {}", kafka.process.log().display()),
+                        last: format!(": {e}; log {log}"),
                     });
                 }
             }
@@ -336,7 +389,9 @@ listener.name.sasl_ssl.ssl.client.auth=required
     /// Creates `topic` with `partitions` partitions and waits until its metadata shows them.
     pub fn create_topic(&self, topic: &str, partitions: i32) -> Result<()> {
         let admin = self.admin()?;
-        let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        // every node holds a replica (up to three)
+        let replicas = i32::try_from(self.nodes.len().min(3)).unwrap_or(1);
+        let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replicas));
         let results = futures::executor::block_on(admin.create_topics(
             [&new],
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
@@ -458,9 +513,12 @@ listener.name.sasl_ssl.ssl.client.auth=required
         Ok(())
     }
 
-    /// The process id.
+    /// The process id of node 1 (0 while it is down).
     pub fn pid(&self) -> u32 {
-        self.process.pid()
+        self.nodes
+            .first()
+            .and_then(|n| n.process.as_ref())
+            .map_or(0, ManagedProcess::pid)
     }
 }
 
@@ -468,7 +526,7 @@ listener.name.sasl_ssl.ssl.client.auth=required
 /// the id never starts with `-` (one random id in 64 did, and `kafka-storage format -t -…` then
 /// reads it as an option: "argument --cluster-id/-t: expected one argument"); Kafka's own
 /// `Uuid.randomUuid()` refuses such ids for the same reason.
-fn cluster_id(v: u128) -> String {
+pub(crate) fn cluster_id(v: u128) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let bytes = (v & (u128::MAX >> 1)).to_be_bytes();
     let mut out = String::with_capacity(22);

@@ -11,6 +11,7 @@ pub mod error;
 pub mod fixtures;
 pub mod flink;
 pub mod kafka;
+pub mod kafka_cluster;
 pub mod kubelet;
 pub mod node;
 pub mod process;

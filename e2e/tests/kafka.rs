@@ -19,7 +19,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::array::AsArray;
 use arrow::datatypes::{DataType, Int64Type, TimeUnit};
@@ -500,6 +500,90 @@ fn kafka_broker_crash_during_checkpoints_is_exactly_once() {
     let got = read_windows(&dir.path().join("out"));
     let total: i64 = got.values().map(|v| v.0).sum();
     assert_eq!(total, 25_000, "every record counted exactly once");
+    assert_eq!(got, expected(&phases));
+    drop(kafka);
+}
+
+/// Issue #38: partition leaders move while the job reads and checkpoints every 300 ms, on a
+/// cluster of three KRaft nodes (topics with three replicas, two in sync required). The node
+/// leading partition 0 is SIGKILLed: its partitions (and the controller, when it was that node)
+/// move to the others while records are produced; then it comes back and takes its partitions
+/// back (a second leader change). The job goes on without a person, keeps checkpointing and
+/// committing, and every record is counted exactly once; a stop with savepoint and a bounded run
+/// from it read the rest.
+#[test]
+fn kafka_partition_leaders_moving_during_checkpoints_is_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let watchdog = Watchdog::start(dir.path()).unwrap();
+    let mut kafka = Kafka::start_cluster(&dir.path().join("kafka"), 3, Some(&watchdog)).unwrap();
+    eprintln!("three KRaft nodes ready in {:?}", kafka.start_duration);
+    kafka.create_topic("clicks", 3).unwrap();
+    let phases = [
+        (0..10_000, T0),
+        (10_000..20_000, T0 + 5 * HOUR),
+        (20_000..30_000, T0 + 10 * HOUR),
+        (30_000..35_000, T0 + 15 * HOUR),
+    ];
+    let produce = |kafka: &Kafka, i: usize| {
+        kafka
+            .produce("clicks", &batch(phases[i].0.clone(), phases[i].1, 3))
+            .unwrap();
+    };
+    produce(&kafka, 0);
+    let out = dir.path().join("out");
+    let unbounded = manifest(dir.path(), "leaders", &kafka, 3, false, false);
+    let run = Run::start(&["run", unbounded.to_str().unwrap(), "--resume"], &[]);
+    let c = run.wait_checkpoint(2);
+
+    let first = kafka
+        .leader_of("clicks", 0)
+        .unwrap()
+        .expect("a leader of clicks/0");
+    let t = Instant::now();
+    kafka.kill_node(first).unwrap();
+    let second = kafka
+        .wait_leader("clicks", 0, "another node", |l| l != first)
+        .unwrap();
+    eprintln!(
+        "node {first} SIGKILLed after checkpoint {c}: node {second} leads clicks/0 {:?} later",
+        t.elapsed()
+    );
+    produce(&kafka, 1);
+    let c = run.wait_checkpoint(c + 3);
+    run.wait_windows(
+        &out,
+        &expected(&phases[..1]),
+        "phase 0's windows with a node down",
+        || format!("end offsets of clicks: {:?}", kafka.end_offsets("clicks")),
+    );
+    eprintln!("checkpoint {c} and every window of phase 0 with node {first} down");
+
+    let t = Instant::now();
+    kafka.start_node(first, Some(&watchdog)).unwrap();
+    kafka
+        .wait_leader("clicks", 0, "the preferred replica", |l| l == first)
+        .unwrap();
+    eprintln!(
+        "node {first} back and leading clicks/0 again {:?} later",
+        t.elapsed()
+    );
+    produce(&kafka, 2);
+    let c = run.wait_checkpoint(c + 3);
+    run.wait_windows(
+        &out,
+        &expected(&phases[..2]),
+        "phase 1's windows after the leaders moved back",
+        || format!("end offsets of clicks: {:?}", kafka.end_offsets("clicks")),
+    );
+    eprintln!("checkpoint {c} and every window of phase 1 after the second leader change");
+
+    let savepoint = run.stop_with_savepoint("after two leader changes");
+    produce(&kafka, 3);
+    let bounded = manifest(dir.path(), "leaders", &kafka, 3, false, true);
+    Run::bounded_from_savepoint(&bounded, &savepoint);
+    let got = read_windows(&out);
+    let total: i64 = got.values().map(|v| v.0).sum();
+    assert_eq!(total, 35_000, "every record counted exactly once");
     assert_eq!(got, expected(&phases));
     drop(kafka);
 }

@@ -26,6 +26,8 @@ use streamjob_e2e::scenario::{
 };
 use streamjob_e2e::wait::poll_until;
 
+#[path = "operator/failover.rs"]
+mod failover;
 #[path = "operator/flink_cluster.rs"]
 mod flink_cluster;
 #[path = "operator/user_images.rs"]
@@ -874,8 +876,9 @@ async fn r_version_never_checkpointing_is_rolled_back_from_shadow() {
 /// q. A zombie of the old version cannot commit (issue #19, DESIGN §8). The node of the runtime
 /// pod is cut off (the process kubelet stops acting on the pod, as behind a network partition)
 /// and its process is frozen with SIGSTOP. A `last-state` image bump cannot take a savepoint,
-/// deletes the old pod — which stays Terminating, its node does not answer — and, once an admin
-/// force-deletes it, starts the new version from the latest checkpoint with a newer epoch.
+/// deletes the old pod — which stays Terminating, its node does not answer — and, once the pod
+/// has stayed so `readinessTimeout` past its grace period, force-deletes it itself (issue #38:
+/// no human) and starts the new version from the latest checkpoint with a newer epoch.
 /// When the new version has committed checkpoints of its own, the old process is resumed: it
 /// must stop at its next commit (exit code 4, superseded) without committing anything, and the
 /// output stays exactly once.
@@ -886,6 +889,8 @@ async fn q_zombie_of_an_old_version_cannot_commit() {
     let env = env().await;
     let mut job = new_job(env, "zombie").await;
     job.mode = "last-state";
+    // how long a pod may stay Terminating past its grace period (30 s) before it is force-deleted
+    job.readiness_timeout = "20s";
     job.count = 60_000;
     job.keys = 10;
     let mut ctx = Ctx::new(env, job).await;
@@ -947,20 +952,34 @@ async fn q_zombie_of_an_old_version_cannot_commit() {
         "the new version must wait for the old pod: {}",
         status(&stuck)
     );
-    env.kubectl_ok(
-        &[
-            "delete",
-            "pod",
-            "-n",
-            &ctx.job.ns,
-            &old_name,
-            "--grace-period=0",
-            "--force",
-        ],
-        None,
+    // readinessTimeout after its deletion was due, the operator force-deletes it (no human):
+    // the frozen process is fenced by the new run's epoch
+    let deleted_at = Instant::now();
+    poll_until(
+        "the operator force-deletes the stuck pod",
+        Duration::from_secs(30 + 20 + 60),
+        Duration::from_millis(200),
+        || async { Ok(pods.get_opt(&old_name).await?.is_none().then_some(())) },
     )
-    .expect("force delete");
-    ctx.log("old pod force-deleted; its process still runs (frozen)");
+    .await
+    .unwrap();
+    let events: Api<CoreEvent> = Api::namespaced(env.client().await.unwrap(), &ctx.job.ns);
+    let forced = events
+        .list(&ListParams::default().fields("reason=PodsForceDeleted"))
+        .await
+        .unwrap();
+    assert!(
+        forced
+            .items
+            .iter()
+            .any(|e| e.message.as_deref().is_some_and(|m| m.contains(&old_name))),
+        "no PodsForceDeleted event naming {old_name}: {:?}",
+        forced.items
+    );
+    ctx.log(&format!(
+        "old pod force-deleted by the operator {:?} after it was seen stuck; its process still runs (frozen)",
+        deleted_at.elapsed()
+    ));
 
     // the new version runs from the latest checkpoint and commits checkpoints of its own
     let after = ctx

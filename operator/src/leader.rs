@@ -154,13 +154,50 @@ pub fn still_leading(renewed: Option<Instant>, cfg: &LeaseConfig, now: Instant) 
     renewed.is_some_and(|t| now.saturating_duration_since(t) < cfg.renew_deadline())
 }
 
-/// Runs the election loop in the background; the receiver says whether we lead now.
-pub fn spawn(client: Client, cfg: LeaseConfig) -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(false);
+/// This replica's hold on the Lease, checked by the controller before every write and every
+/// action. It holds while the last successful renewal was sent less than the renew deadline ago
+/// on this process's monotonic clock. That clock keeps counting while the process is stopped
+/// (SIGSTOP, a frozen cgroup, a long pause), so a replica resumed after the standby took over
+/// does not carry out what it decided before the pause, even before its election loop runs again.
+#[derive(Clone, Debug)]
+pub struct Leadership {
+    renewed: watch::Receiver<Option<Instant>>,
+    cfg: LeaseConfig,
+}
+
+impl Leadership {
+    /// Whether this replica leads at this instant.
+    pub fn holds_now(&self) -> bool {
+        self.holds_at(Instant::now())
+    }
+
+    fn holds_at(&self, now: Instant) -> bool {
+        still_leading(*self.renewed.borrow(), &self.cfg, now)
+    }
+
+    /// Waits until this replica leads; `Err` when the election loop has ended.
+    pub async fn acquired(&mut self) -> std::result::Result<(), watch::error::RecvError> {
+        self.renewed.wait_for(Option::is_some).await.map(drop)
+    }
+
+    /// Waits until the election loop says this replica no longer leads (or has ended).
+    pub async fn lost(&mut self) {
+        let _ = self.renewed.wait_for(Option::is_none).await;
+    }
+}
+
+/// Runs the election loop in the background.
+pub fn spawn(client: Client, cfg: LeaseConfig) -> Leadership {
+    let (tx, rx) = watch::channel(None);
+    let leadership = Leadership {
+        renewed: rx,
+        cfg: cfg.clone(),
+    };
     tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
         let period = (cfg.duration / 5).max(Duration::from_millis(500));
         let mut seen = None;
+        // when the last successful renewal was sent, while this replica leads
         let mut renewed: Option<Instant> = None;
         loop {
             let sent = Instant::now();
@@ -170,37 +207,33 @@ pub fn spawn(client: Client, cfg: LeaseConfig) -> watch::Receiver<bool> {
                     .await;
             match attempt {
                 Ok(Ok(true)) => {
-                    renewed = Some(sent);
-                    if !*tx.borrow() {
+                    if renewed.is_none() {
                         tracing::info!(lease = %cfg.name, identity = %cfg.identity, "became leader");
                     }
-                    let _ = tx.send(true);
+                    renewed = Some(sent);
                 }
-                Ok(Ok(false)) => {
-                    renewed = None;
-                    let _ = tx.send(false);
-                }
+                Ok(Ok(false)) => renewed = None,
                 Ok(Err(e)) => tracing::warn!(error = %e, "lease renewal failed"),
                 Err(_) => {
                     tracing::warn!(deadline = ?cfg.renew_deadline(), "lease renewal timed out")
                 }
             }
-            if *tx.borrow() && !still_leading(renewed, &cfg, Instant::now()) {
+            if renewed.is_some() && !still_leading(renewed, &cfg, Instant::now()) {
                 tracing::warn!(lease = %cfg.name, "no renewal within the renew deadline: stepping down");
-                let _ = tx.send(false);
+                renewed = None;
             }
-            if tx.is_closed() {
+            if tx.send(renewed).is_err() {
                 return;
             }
             // wake in time to step down at the deadline even while renewals keep failing
             let next = match renewed {
-                Some(t) if *tx.borrow() => (t + cfg.renew_deadline()).min(Instant::now() + period),
-                _ => Instant::now() + period,
+                Some(t) => (t + cfg.renew_deadline()).min(Instant::now() + period),
+                None => Instant::now() + period,
             };
             tokio::time::sleep_until(next).await;
         }
     });
-    rx
+    leadership
 }
 
 #[cfg(test)]
@@ -281,5 +314,27 @@ mod tests {
         let earliest_takeover = sent + cfg.duration;
         assert!(!follower.may_hold("b", earliest_takeover));
         assert!(earliest_takeover > sent + cfg.renew_deadline());
+    }
+
+    /// A replica stopped (SIGSTOP) right after a renewal and resumed later no longer holds the
+    /// Lease the moment it resumes, before its election loop has run again: the controller's
+    /// check reads the renewal's instant, not the last value the loop published.
+    #[test]
+    fn a_replica_resumed_after_the_deadline_does_not_act() {
+        let cfg = LeaseConfig {
+            namespace: "ops".into(),
+            name: "streamjob".into(),
+            identity: "a".into(),
+            duration: Duration::from_secs(6),
+        };
+        let sent = Instant::now();
+        let (tx, rx) = watch::channel(Some(sent));
+        let leadership = Leadership { renewed: rx, cfg };
+        assert!(leadership.holds_at(sent + Duration::from_millis(3_900)));
+        // paused from 1 s to 30 s: the loop published nothing in between
+        assert!(!leadership.holds_at(sent + Duration::from_secs(30)));
+        // and once the loop has stepped down, not even right after the renewal
+        tx.send(None).unwrap();
+        assert!(!leadership.holds_at(sent));
     }
 }

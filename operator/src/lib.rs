@@ -4,6 +4,7 @@
 //! Observe (`engine`) → decide (`decide`, pure) → act (`controller`, through `engine`).
 
 mod api;
+pub mod clock;
 pub mod control;
 pub mod controller;
 pub mod decide;
@@ -57,6 +58,16 @@ pub enum Error {
     /// Talking to a Flink cluster, or reading what it or the pre-check answered, failed.
     #[error(transparent)]
     Flink(#[from] engine::flink::FlinkError),
+
+    /// The API server's clock could not be read (see [`clock`]).
+    #[error("API server clock: {0}")]
+    Clock(String),
+
+    /// This replica's Lease ran out before it acted (it exits; the leader acts instead).
+    #[error(
+        "not the leader any more: the Lease was last renewed longer ago than the renew deadline"
+    )]
+    NotLeader,
 }
 
 impl Error {
@@ -71,6 +82,8 @@ impl Error {
             Error::Finalizer(_) => "finalizer",
             Error::Server(_) => "server",
             Error::Flink(_) => "flink",
+            Error::Clock(_) => "clock",
+            Error::NotLeader => "not_leader",
         }
     }
 }

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use kube::Api;
 use kube::api::ListParams;
 use streamjob_crds::v1alpha1::StreamJob;
+use streamjob_operator::clock::ApiClock;
 use streamjob_operator::control::HttpControl;
 use streamjob_operator::controller::{self, Context, Settings};
 use streamjob_operator::leader::{self, LeaseConfig};
@@ -173,6 +174,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     metrics.set_ready(true);
 
+    // Status times are written and compared on the API server's clock (see `clock`).
+    let clock = Arc::new(ApiClock::default());
+    match clock.sync(&client).await {
+        Ok(offset) => tracing::info!(offset_ms = offset.num_milliseconds(), "API server clock"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the API server's clock yet: local clock until it can")
+        }
+    }
+    clock.clone().spawn(client.clone());
+
     let mut leading = None;
     if args.leader_election {
         let namespace = args
@@ -180,7 +191,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .clone()
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".into());
-        let mut rx = leader::spawn(
+        let mut leadership = leader::spawn(
             client.clone(),
             LeaseConfig {
                 namespace,
@@ -190,10 +201,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             },
         );
         tracing::info!(%identity, "waiting to become leader");
-        rx.wait_for(|l| *l)
+        leadership
+            .acquired()
             .await
             .context("leader election stopped")?;
-        leading = Some(rx);
+        leading = Some(leadership);
     }
     metrics.set_leader(true);
 
@@ -221,15 +233,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         pod_template_policy: args.pod_template_policy,
     };
     let control = HttpControl::new(control_timeout)?;
-    let ctx = Arc::new(Context::new(client, control, metrics.clone(), settings));
+    let mut ctx = Context::new(client, control, metrics.clone(), settings).with_clock(clock);
+    if let Some(leadership) = &leading {
+        ctx = ctx.leading(leadership.clone());
+    }
+    let ctx = Arc::new(ctx);
     tracing::info!(namespaces = ?args.namespaces, concurrency = args.concurrency, "starting controller");
 
     let result = match leading {
-        Some(mut rx) => {
+        Some(mut leadership) => {
             tokio::select! {
                 () = controller::run(ctx) => Ok(()),
-                lost = rx.wait_for(|l| !*l) => {
-                    drop(lost);
+                () = leadership.lost() => {
                     Err(anyhow::anyhow!("lost the leader lease; exiting so a fresh replica takes over"))
                 }
             }

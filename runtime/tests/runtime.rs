@@ -1772,7 +1772,6 @@ fn a_cancelled_version_commits_nothing_more_and_its_sigterm_takes_no_checkpoint(
     assert_eq!(code, 202, "{r}");
     api.wait_status("cancelled", |s| s["state"] == "cancelled");
     let (newest, _) = newest_checkpoint(&ck);
-    let (committed, _) = read_sink(&out);
     // the pod is deleted: SIGTERM ends it at once, without the final checkpoint a running
     // coordinator takes
     kill(&a, "-TERM");
@@ -1787,11 +1786,11 @@ fn a_cancelled_version_commits_nothing_more_and_its_sigterm_takes_no_checkpoint(
         newest,
         "a checkpoint after the cancel"
     );
-    assert_eq!(
-        read_sink(&out).0,
-        committed,
-        "output committed after the cancel"
-    );
+    // The sinks may still be committing the checkpoint that completed just before the cancel
+    // (found by CI: checkpoint 2 completed 3 ms before it): that is not "more" output, its
+    // successor would commit the same files. Output past the newest checkpoint would be: the
+    // successor resumes from that checkpoint, so it would write it again, and the exactly-once
+    // check below counts every window.
     // its successor resumes the last commit: every window exactly once
     let (code, _) = start(&args("2")).finish();
     assert_eq!(code, 0);

@@ -20,6 +20,7 @@ pub(super) async fn apply<E: Engine>(
         Action::Deploy(run) => engine.deploy(scope, run).await?,
         Action::AddWorker { run, index } => engine.add_worker(scope, observed, run, *index).await?,
         Action::Remove { name } => engine.remove(scope, name).await?,
+        Action::ForceRemove { name } => force_delete_pod(scope, name).await?,
         Action::CheckCompatibility {
             name,
             hash,
@@ -96,4 +97,16 @@ async fn savepoint_not_taken<E: Engine>(
     let message = format!("cannot trigger a savepoint on {run}: {e}");
     status.message = Some(message.clone());
     publish(ctx, job, true, "SavepointFailed", &message).await;
+}
+
+/// Deletes pod `name` with a grace period of zero: the API server removes it at once, without
+/// the kubelet's confirmation (`kubectl delete pod --force --grace-period=0`).
+async fn force_delete_pod(scope: &JobScope<'_>, name: &str) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(scope.client.clone(), &scope.owner.namespace);
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    tracing::warn!(pod = %name, "force-deleting a pod stuck terminating");
+    ignore_missing(pods.delete(name, &params).await)
 }

@@ -125,7 +125,7 @@ pub(super) async fn dispose_step<E: Engine>(
         .deletion_timestamp
         .as_ref()
         .map(|t| t.0.as_second());
-    let verdict = disposal::verdict(pod.as_ref(), deletion, Utc::now().timestamp());
+    let verdict = disposal::verdict(pod.as_ref(), deletion, ctx.clock.now().timestamp());
     if verdict != Disposal::Create {
         return Ok(verdict);
     }

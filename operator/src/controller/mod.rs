@@ -10,7 +10,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, ResourceRequirements, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -24,10 +23,12 @@ use streamjob_crds::v1alpha1::{API_VERSION, KIND, StreamJob, StreamJobStatus};
 use tracing::Instrument;
 
 use crate::api::ignore_missing;
+use crate::clock::ApiClock;
 use crate::control::ControlApi;
 use crate::decide::{self, Action, Decision, JobRef, MANAGER, Observed, decide};
 use crate::disposal::{self, Disposal};
 use crate::engine::{Engine, Engines, FlinkEngine, JobScope, RuntimeEngine, SavepointOrder};
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::resources::{self, Owner, TOKEN_KEY};
 use crate::{Error, Result};
@@ -70,6 +71,10 @@ pub struct Context<E: Engine> {
     failures: Mutex<HashMap<String, u32>>,
     /// StreamJobs (by uid) whose NetworkPolicy this process has seen or created.
     policies: Mutex<BTreeSet<String>>,
+    /// With leader election: checked before every status write and every action.
+    leadership: Option<Leadership>,
+    /// The clock every status time is written and read on (the API server's, estimated).
+    clock: Arc<ApiClock>,
 }
 
 impl<C: ControlApi> Context<Engines<C>> {
@@ -106,6 +111,30 @@ impl<E: Engine> Context<E> {
             settings,
             failures: Mutex::new(HashMap::new()),
             policies: Mutex::new(BTreeSet::new()),
+            leadership: None,
+            clock: Arc::new(ApiClock::default()),
+        }
+    }
+
+    /// Reads status times on `clock` (by default the local clock, offset zero).
+    pub fn with_clock(mut self, clock: Arc<ApiClock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Acts only while `leadership` holds (several replicas elect one through a Lease).
+    pub fn leading(mut self, leadership: Leadership) -> Self {
+        self.leadership = Some(leadership);
+        self
+    }
+
+    /// Refuses to go on once this replica's Lease has run out: a replica that was paused
+    /// (SIGSTOP, a frozen cgroup) past the renew deadline must not carry out a decision it made
+    /// before the pause, while the standby that took over acts on the same job.
+    fn still_leading(&self) -> Result<()> {
+        match &self.leadership {
+            Some(l) if !l.holds_now() => Err(Error::NotLeader),
+            _ => Ok(()),
         }
     }
 
@@ -262,6 +291,9 @@ async fn reconcile_inner<E: Engine>(
     ns: &str,
     name: &str,
 ) -> Result<Requeue> {
+    // before the finalizer, the token Secret and the NetworkPolicy too (checked again before
+    // the status write and each action, after the observation's I/O)
+    ctx.still_leading()?;
     let owner = owner_of(job, ns, name)?;
     let jobs: Api<StreamJob> = Api::namespaced(ctx.client.clone(), ns);
     let wants_finalizer = job
@@ -312,6 +344,8 @@ async fn reconcile_inner<E: Engine>(
         token: &token,
     };
     let mut observed = ctx.engine.observe(&scope).await?;
+    // the times in status were written on the API server's clock, by this replica or another
+    observed.now = ctx.clock.now();
     observed.refused_by_settings = ctx.settings.pod_template_policy.refuses(&job.spec);
     let status = job.status.clone().unwrap_or_default();
 
@@ -328,6 +362,7 @@ async fn reconcile_inner<E: Engine>(
     // (another operator replica, a slow watch) is refused (409) instead of overwriting newer status.
     let mut version = job.metadata.resource_version.clone();
     let mut new_status = decision.status.clone();
+    ctx.still_leading()?;
     if new_status != status {
         match write_status(&jobs, name, version.as_deref(), &new_status).await? {
             Written::Now(v) => version = v,
@@ -337,6 +372,7 @@ async fn reconcile_inner<E: Engine>(
     let mut status_dirty = false;
     let mut first_error = None;
     for action in &decision.actions {
+        ctx.still_leading()?;
         match apply(action, ctx, &scope, &observed, &mut new_status).await {
             Ok(dirty) => status_dirty |= dirty,
             Err(e) => {
@@ -353,6 +389,9 @@ async fn reconcile_inner<E: Engine>(
                 break;
             }
         }
+    }
+    if status_dirty {
+        ctx.still_leading()?;
     }
     if status_dirty
         && write_status(&jobs, name, version.as_deref(), &new_status).await? == Written::Stale
@@ -455,6 +494,7 @@ fn action_name(a: &Action) -> &'static str {
         Action::RetireVersion { .. } => "RetireVersion",
         Action::Deploy(_) => "Deploy",
         Action::Remove { .. } => "Remove",
+        Action::ForceRemove { .. } => "ForceRemove",
         Action::AddWorker { .. } => "AddWorker",
         Action::CheckCompatibility { .. } => "CheckCompatibility",
         Action::TakeSavepoint { .. } => "TakeSavepoint",

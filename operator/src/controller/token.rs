@@ -31,7 +31,7 @@ pub(super) async fn token_secret_invalid<E: Engine>(
     tracing::warn!(job = %job.name_any(), %why, "token Secret unusable");
     let mut status = job.status.clone().unwrap_or_default();
     let before = status.clone();
-    let now = Utc::now();
+    let now = ctx.clock.now();
     let generation = job.metadata.generation;
     for (type_, ok) in [("Ready", false), ("Stalled", true)] {
         decide::set_condition(

@@ -39,6 +39,10 @@ pub enum Action {
     Deploy(Box<RunPlan>),
     /// Remove a run, a worker, a compatibility check or a disposal by name.
     Remove { name: String },
+    /// Delete pod `name` at once, without waiting for its kubelet to confirm (a pod whose node
+    /// does not answer stays Terminating until then). Only where what may still run there is
+    /// fenced: our runtime's pods.
+    ForceRemove { name: String },
     /// Worker `index` of run `run` (`spec.workers`), made from the run's own spec (an older one
     /// while a Shadow upgrade keeps the old version warm).
     AddWorker { run: String, index: u32 },

@@ -1,6 +1,7 @@
 //! Savepoint retention, garbage collection of what no stage needs any more, and worker pods.
 
 use super::*;
+use streamjob_crds::v1alpha1::EngineKind;
 
 impl Ctx<'_> {
     /// Worker pods (`spec.workers`) follow the coordinator pods as observed: each live one gets
@@ -20,10 +21,17 @@ impl Ctx<'_> {
         }
     }
 
+    /// Savepoints beyond `spec.savepoints.history` are disposed and leave the status. Without
+    /// `spec.savepoints` the default policy applies (10, no age limit, as with `savepoints: {}`):
+    /// every upgrade, trigger and suspend adds one, and a history without bound would in the
+    /// end push the status past what the API server stores.
     pub(super) fn retention(&mut self) {
-        let Some(policy) = self.spec.savepoints.as_ref().map(|s| s.history.clone()) else {
-            return;
-        };
+        let policy = self
+            .spec
+            .savepoints
+            .as_ref()
+            .map(|s| s.history.clone())
+            .unwrap_or_default();
         let mut protected: BTreeSet<String> = BTreeSet::new();
         if let Some(p) = self.st.deployment.as_ref().and_then(|d| d.path.clone()) {
             protected.insert(p);
@@ -66,6 +74,60 @@ impl Ctx<'_> {
                 ),
             );
             self.actions.push(Action::Dispose { paths: dispose });
+        }
+    }
+
+    /// Pods still Terminating `readinessTimeout` after their deletion was due: their node does
+    /// not answer (lost, partitioned), and only its kubelet could confirm the deletion, so they
+    /// would stay for good and every stage waiting for them with them. Our runtime's pods are
+    /// force-deleted: whatever may still run there is fenced by the newer epoch of the run that
+    /// replaces it and cannot commit (`operator` e2e q). A Flink cluster has no such fence, so
+    /// its pods are named in Degraded and a warning event, for a human who knows the node is down.
+    pub(super) fn stuck_pods(&mut self) {
+        let wait = Self::readiness_timeout(self.spec);
+        let now = self.obs.now;
+        let stuck: Vec<String> = self
+            .obs
+            .pods
+            .iter()
+            .filter(|p| {
+                p.deletion_due
+                    .and_then(|due| (now - due).to_std().ok())
+                    .is_some_and(|late| late > wait)
+            })
+            .map(|p| p.name.clone())
+            .collect();
+        if stuck.is_empty() {
+            return;
+        }
+        let names = stuck.join(", ");
+        match self.spec.engine {
+            EngineKind::Runtime => {
+                for name in stuck {
+                    self.actions.push(Action::ForceRemove { name });
+                }
+                self.note(
+                    true,
+                    "PodsForceDeleted",
+                    format!(
+                        "{names}: still Terminating {wait:?} after their deletion was due (their node does not answer); force-deleted, as what may still run there is fenced by a newer run's epoch"
+                    ),
+                );
+            }
+            EngineKind::Flink => {
+                let msg = format!(
+                    "{names}: still Terminating {wait:?} after their deletion was due (their node does not answer); nothing fences a Flink cluster against what may still run there, so they are left to you: once the node is known down, `kubectl delete pod --force --grace-period=0`"
+                );
+                self.note(true, "PodsStuckTerminating", msg.clone());
+                // more precise than the steady state's "terminating; it will be recreated"
+                let general = self
+                    .degraded
+                    .as_ref()
+                    .is_none_or(|(reason, _)| reason == "PodTerminating");
+                if general {
+                    self.degraded = Some(("PodsStuckTerminating".into(), msg));
+                }
+            }
         }
     }
 

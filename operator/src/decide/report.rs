@@ -5,6 +5,7 @@ use super::*;
 impl Ctx<'_> {
     pub(super) fn finish(mut self) -> Decision {
         self.retention();
+        self.stuck_pods();
         self.gc();
         self.workers();
         self.assign_epochs();

@@ -41,13 +41,22 @@ impl Ctx<'_> {
         if let Some(js) = self.obs.job(&active)
             && let Some(ck) = &js.latest_checkpoint
         {
-            let info = CheckpointInfo {
-                id: ck.id.unwrap_or(0),
-                path: Some(ck.path.clone()),
-                time: ck.completed_at.clone(),
-            };
-            if self.st.last_checkpoint.as_ref() != Some(&info) {
-                self.st.last_checkpoint = Some(info);
+            let (id, path) = (ck.id.unwrap_or(0), Some(ck.path.clone()));
+            let known = self
+                .st
+                .last_checkpoint
+                .as_ref()
+                .is_some_and(|c| c.id == id && c.path == path);
+            if !known {
+                // Stamped when first seen, on the operator's clock (the API server's), not with
+                // the pod's completion time: every time in status then reads on one clock, and
+                // "checkpointed since it was deployed" or "newer than that savepoint" never
+                // compares a job pod's clock with the operator's.
+                self.st.last_checkpoint = Some(CheckpointInfo {
+                    id,
+                    path,
+                    time: Some(self.now.clone()),
+                });
             }
         }
     }

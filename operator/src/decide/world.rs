@@ -60,6 +60,9 @@ pub struct PodObs {
     pub phase: PodPhase,
     pub ready: bool,
     pub terminating: bool,
+    /// When its deletion is due, while it is terminating: `metadata.deletionTimestamp`, the
+    /// request plus the grace period, on the API server's clock (as `Observed::now`).
+    pub deletion_due: Option<DateTime<Utc>>,
     pub restarts: i32,
     /// Waiting reason of the container, e.g. CrashLoopBackOff, ImagePullBackOff.
     pub waiting_reason: Option<String>,
@@ -81,6 +84,7 @@ impl PodObs {
             phase,
             ready: phase == PodPhase::Running,
             terminating: false,
+            deletion_due: None,
             restarts: 0,
             waiting_reason: None,
             exit_code: None,

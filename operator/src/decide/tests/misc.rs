@@ -248,3 +248,77 @@ fn workers_follow_their_coordinators_in_the_decision() {
     assert!(!t.contains(&format!("AddWorker:{OLD}:0")), "{t:?}");
     assert!(t.contains(&"Remove:gone-w0".to_string()), "{t:?}");
 }
+
+/// A pod whose node does not answer stays Terminating. `readinessTimeout` after its deletion was
+/// due, our runtime's pod is force-deleted (what may still run there is fenced); a Flink pod is
+/// named in Degraded and an event instead, and left alone.
+#[test]
+fn pods_stuck_terminating_are_force_deleted_or_reported() {
+    let force_removed = |d: &Decision| {
+        d.actions
+            .iter()
+            .any(|a| matches!(a, Action::ForceRemove { name } if name == OLD))
+    };
+    let stuck_world = |late: i64| {
+        let mut o = world(10_000);
+        o.pods[0].terminating = true;
+        o.pods[0].deletion_due = Some(t(10_000 - late));
+        o
+    };
+    let spec = base_spec();
+    let wait = dur(
+        "readinessTimeout",
+        &spec.upgrade.readiness_timeout,
+        Duration::ZERO,
+    )
+    .as_secs();
+    let wait = i64::try_from(wait).unwrap();
+    let d = run(&spec, &running(), &stuck_world(wait - 1));
+    assert!(
+        !force_removed(&d),
+        "not before readinessTimeout: {:?}",
+        d.actions
+    );
+    let d = run(&spec, &running(), &stuck_world(wait + 1));
+    assert!(force_removed(&d), "{:?}", d.actions);
+    assert!(
+        d.events
+            .iter()
+            .any(|n| n.warning && n.reason == "PodsForceDeleted" && n.message.contains(OLD)),
+        "{:?}",
+        d.events
+    );
+
+    let flink: StreamJobSpec = serde_yaml_ng::from_str(
+        r#"
+engine: flink
+image: example.com/clicks-flink:2
+checkpoints: {dir: "s3://b/ck/clicks", interval: 1m}
+savepoints: {dir: "s3://b/sp/clicks"}
+flink:
+  version: 2.3.0
+  job: {entryClass: com.example.Clicks}
+"#,
+    )
+    .unwrap();
+    flink.validate().unwrap();
+    let mut st = running();
+    st.deployment.as_mut().unwrap().spec_hash = hash(&flink);
+    st.last_stable_spec_hash = Some(hash(&flink));
+    st.last_stable_spec = Some(serde_json::to_string(&flink).unwrap());
+    let d = run(&flink, &st, &stuck_world(wait + 1));
+    assert!(
+        !force_removed(&d),
+        "a Flink pod is not fenced: {:?}",
+        d.actions
+    );
+    let degraded = d
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .expect("Degraded");
+    assert_eq!(degraded.status, "True");
+    assert_eq!(degraded.reason, "PodsStuckTerminating");
+    assert!(degraded.message.contains(OLD), "{}", degraded.message);
+}

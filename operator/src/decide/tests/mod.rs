@@ -181,6 +181,7 @@ fn tags(d: &Decision) -> Vec<String> {
                     .unwrap_or_default()
             ),
             Action::Remove { name } => format!("Remove:{name}"),
+            Action::ForceRemove { name } => format!("ForceRemove:{name}"),
             Action::AddWorker {
                 run: coordinator,
                 index,

@@ -210,6 +210,32 @@ fn retention_by_count_and_age_keeps_protected_savepoints() {
     assert_eq!(kept, vec!["sp-0", "sp-4"]);
 }
 
+/// Without `spec.savepoints` the default history (10) bounds the status too.
+#[test]
+fn retention_without_a_savepoints_section_keeps_the_default_ten() {
+    let mut spec = base_spec();
+    spec.savepoints = None;
+    let mut st = running();
+    // the running job is of this spec (no upgrade begins)
+    st.deployment.as_mut().unwrap().spec_hash = hash(&spec);
+    st.last_stable_spec_hash = Some(hash(&spec));
+    st.last_stable_spec = Some(serde_json::to_string(&spec).unwrap());
+    st.savepoint_history = (0..12)
+        .map(|i| SavepointInfo {
+            path: format!("sp-{i}"),
+            time: Some(ts(i * 100)),
+            reason: Some("upgrade".into()),
+            spec_hash: None,
+        })
+        .collect();
+    st.last_savepoint = st.savepoint_history.last().cloned();
+    let d = run(&spec, &st, &world(2_000));
+    assert_eq!(d.status.savepoint_history.len(), 10);
+    assert!(d.actions.contains(&Action::Dispose {
+        paths: vec!["sp-0".into(), "sp-1".into()]
+    }));
+}
+
 #[test]
 fn suspended_savepoint_is_protected() {
     let mut spec = suspended(base_spec());

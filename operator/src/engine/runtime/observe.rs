@@ -1,7 +1,7 @@
 //! Observe: the pods of a job, their runtimes' control API and the savepoint in flight, as the
 //! decision sees them.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, LogParams};
 use kube::{Client, ResourceExt};
@@ -58,6 +58,11 @@ pub fn observe_pod(pod: &Pod) -> Option<PodObs> {
         phase,
         ready,
         terminating: pod.metadata.deletion_timestamp.is_some(),
+        deletion_due: pod
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .and_then(|t| DateTime::from_timestamp_millis(t.0.as_millisecond())),
         restarts: container.map(|c| c.restart_count).unwrap_or(0),
         waiting_reason: container
             .and_then(|c| c.state.as_ref())
