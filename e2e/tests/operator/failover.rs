@@ -276,8 +276,11 @@ async fn x_two_operator_replicas_fail_over_mid_upgrade() {
     )
     .await
     .expect("resumed leader exits");
+    // its tracing goes to stdout, the error `main` returns to stderr
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-    let resumed = log.get(log_before..).unwrap_or_default();
+    let stderr =
+        std::fs::read_to_string(log_path.with_file_name("operator.stderr.log")).unwrap_or_default();
+    let resumed = format!("{}{stderr}", log.get(log_before..).unwrap_or_default());
     assert!(
         resumed.contains("lost the leader lease"),
         "the resumed leader must exit for its lost Lease; it logged:\n{resumed}"
