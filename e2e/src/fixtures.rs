@@ -346,6 +346,28 @@ impl TestEnv {
         checked(self.kubectl(args, stdin)?, "kubectl", args)
     }
 
+    /// Scales Deployment `ns/name` back to one replica and waits (up to 2 min) until it has
+    /// rolled out: what a test that paused an operator owes the tests after it. Best effort, as
+    /// it runs from `Drop`.
+    pub fn resume_deployment(&self, ns: &str, name: &str) {
+        let _ = self.kubectl(
+            &["scale", "deployment", name, "-n", ns, "--replicas=1"],
+            None,
+        );
+        let _ = self.kubectl(
+            &[
+                "rollout",
+                "status",
+                "deployment",
+                name,
+                "-n",
+                ns,
+                "--timeout=120s",
+            ],
+            None,
+        );
+    }
+
     /// Runs helm with the admin kubeconfig; fails unless it exits 0; returns stdout.
     pub fn helm_ok(&self, args: &[&str]) -> Result<String> {
         let mut cmd = Command::new(&self.bins.helm);

@@ -363,16 +363,26 @@ listener.name.sasl_ssl.ssl.client.auth=required
             .map_err(|e| Error::Other(format!("kafka admin client: {e}")))
     }
 
-    /// The end offset of each of `topic`'s partitions, by partition id: what a test can tell a
-    /// reader that waits for records.
-    pub fn end_offsets(&self, topic: &str) -> Result<Vec<(i32, i64)>> {
+    /// A client on the plain listener and `topic`'s metadata as the cluster answers it now.
+    pub(crate) fn topic_metadata(
+        &self,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<(BaseConsumer, rdkafka::metadata::Metadata)> {
         let consumer: BaseConsumer = self
             .client_config()
             .create()
             .map_err(|e| Error::Other(format!("kafka client: {e}")))?;
         let md = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .fetch_metadata(Some(topic), timeout)
             .map_err(|e| Error::Other(format!("metadata of {topic}: {e}")))?;
+        Ok((consumer, md))
+    }
+
+    /// The end offset of each of `topic`'s partitions, by partition id: what a test can tell a
+    /// reader that waits for records.
+    pub fn end_offsets(&self, topic: &str) -> Result<Vec<(i32, i64)>> {
+        let (consumer, md) = self.topic_metadata(topic, Duration::from_secs(10))?;
         let mut ends = Vec::new();
         for t in md.topics() {
             for p in t.partitions() {
@@ -417,15 +427,9 @@ listener.name.sasl_ssl.ssl.client.auth=required
     }
 
     fn wait_partitions(&self, topic: &str, partitions: i32) -> Result<()> {
-        let consumer: BaseConsumer = self
-            .client_config()
-            .create()
-            .map_err(|e| Error::Other(format!("kafka client: {e}")))?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let md = consumer
-                .fetch_metadata(Some(topic), Duration::from_secs(5))
-                .map_err(|e| Error::Other(format!("metadata of {topic}: {e}")))?;
+            let (_, md) = self.topic_metadata(topic, Duration::from_secs(5))?;
             let ready = md.topics().iter().any(|t| {
                 t.name() == topic
                     && t.error().is_none()

@@ -8,8 +8,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-
 use crate::certs::BrokerTls;
 use crate::error::{Error, IoContext, Result};
 use crate::kafka::{Kafka, LOG4J2, Node, cluster_id, java, kafka_lib, spawn_broker};
@@ -117,13 +115,7 @@ leader.imbalance.per.broker.percentage=0
 
     /// The node leading `partition` of `topic` (`None`: no leader now).
     pub fn leader_of(&self, topic: &str, partition: i32) -> Result<Option<i32>> {
-        let consumer: BaseConsumer = self
-            .client_config()
-            .create()
-            .map_err(|e| Error::Other(format!("kafka client: {e}")))?;
-        let md = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
-            .map_err(|e| Error::Other(format!("metadata of {topic}: {e}")))?;
+        let (_, md) = self.topic_metadata(topic, Duration::from_secs(10))?;
         Ok(md
             .topics()
             .iter()

@@ -861,24 +861,9 @@ impl OtherOperatorsPaused {
 
 impl Drop for OtherOperatorsPaused {
     fn drop(&mut self) {
+        // the tests after this one expect them running and ready again
         for (ns, name) in &self.paused {
-            let _ = self.env.kubectl(
-                &["scale", "deployment", name, "-n", ns, "--replicas=1"],
-                None,
-            );
-            // the tests after this one expect it running and ready again
-            let _ = self.env.kubectl(
-                &[
-                    "rollout",
-                    "status",
-                    "deployment",
-                    name,
-                    "-n",
-                    ns,
-                    "--timeout=120s",
-                ],
-                None,
-            );
+            self.env.resume_deployment(ns, name);
         }
     }
 }

@@ -75,24 +75,8 @@ impl SharedOperatorPaused {
 
 impl Drop for SharedOperatorPaused {
     fn drop(&mut self) {
-        let (ns, name) = (&self.ns, &self.deployment);
-        let _ = self.env.kubectl(
-            &["scale", "deployment", name, "-n", ns, "--replicas=1"],
-            None,
-        );
         // the tests after this one expect it running and ready again
-        let _ = self.env.kubectl(
-            &[
-                "rollout",
-                "status",
-                "deployment",
-                name,
-                "-n",
-                ns,
-                "--timeout=120s",
-            ],
-            None,
-        );
+        self.env.resume_deployment(&self.ns, &self.deployment);
     }
 }
 
@@ -140,6 +124,26 @@ async fn lease_until(
     })
     .await
     .expect("Lease record")
+}
+
+/// Bumps the job to `image` and waits until status says the upgrade's first step has begun;
+/// returns the old spec hash and that step. Fails if the job was promoted before a step was seen.
+async fn upgrade_to_a_step(ctx: &mut Ctx, image: &str) -> (String, String) {
+    let before = ctx.running_with_checkpoint().await;
+    let old = deployed_hash(&before);
+    ctx.job.image = image.into();
+    ctx.apply();
+    let o = ctx
+        .wait("an upgrade step begun", Duration::from_secs(60), |o| {
+            status(o)["upgrade"]["step"].is_string() || promoted(o, &old)
+        })
+        .await;
+    assert!(
+        !promoted(&o, &old),
+        "promoted before the test could act on a step"
+    );
+    let step = status(&o)["upgrade"]["step"].as_str().unwrap().to_string();
+    (old, step)
 }
 
 /// x. Two replicas, a job upgraded twice. In the first upgrade, once status says a step has
@@ -211,7 +215,7 @@ async fn x_two_operator_replicas_fail_over_mid_upgrade() {
     // long enough for two upgrades, a Lease handed over and a restart
     ctx.job.count = 90_000;
     ctx.apply();
-    let before = ctx.running_with_checkpoint().await;
+    ctx.running_with_checkpoint().await;
     let (leader, _) = lease_until(&leases, "the Lease held", |_| true).await;
     assert!(
         replicas.contains(&leader),
@@ -220,19 +224,7 @@ async fn x_two_operator_replicas_fail_over_mid_upgrade() {
     let standby = replicas.iter().find(|r| **r != leader).unwrap().clone();
 
     // ---- 1. the leader stopped mid-upgrade ----
-    let old = deployed_hash(&before);
-    ctx.job.image = "streamjob/runtime:v2".into();
-    ctx.apply();
-    let o = ctx
-        .wait("an upgrade step begun", Duration::from_secs(60), |o| {
-            status(o)["upgrade"]["step"].is_string() || promoted(o, &old)
-        })
-        .await;
-    assert!(
-        !promoted(&o, &old),
-        "promoted before the test could stop the leader"
-    );
-    let step = status(&o)["upgrade"]["step"].as_str().unwrap().to_string();
+    let (old, step) = upgrade_to_a_step(&mut ctx, "streamjob/runtime:v2").await;
     let (pid, restarts) = operator_container(&op_pods, &leader).await;
     signal(pid, Signal::SIGSTOP);
     let stopped = Instant::now();
@@ -295,22 +287,7 @@ async fn x_two_operator_replicas_fail_over_mid_upgrade() {
     assert_eq!(lease_record(&leases).await.expect("Lease").0, standby);
 
     // ---- 2. the new leader SIGKILLed at the first step of the next upgrade ----
-    let before = ctx.running_with_checkpoint().await;
-    let old = deployed_hash(&before);
-    ctx.job.image = "streamjob/runtime:v3".into();
-    ctx.apply();
-    let o = ctx
-        .wait(
-            "a second upgrade step begun",
-            Duration::from_secs(60),
-            |o| status(o)["upgrade"]["step"].is_string() || promoted(o, &old),
-        )
-        .await;
-    assert!(
-        !promoted(&o, &old),
-        "promoted before the test could kill the leader"
-    );
-    let step = status(&o)["upgrade"]["step"].as_str().unwrap().to_string();
+    let (old, step) = upgrade_to_a_step(&mut ctx, "streamjob/runtime:v3").await;
     let (pid, _) = operator_container(&op_pods, &standby).await;
     signal(pid, Signal::SIGKILL);
     let killed = Instant::now();
