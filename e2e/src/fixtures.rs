@@ -40,17 +40,26 @@ pub struct EnvOptions {
 
 impl EnvOptions {
     /// Options with the kubelet at `kubelet_binary` and `streamjob/e2e-echo:*` mapped to
-    /// `echo_binary`. Workspace binaries built next to the kubelet (`streamjob-runtime`,
+    /// `echo_binary` (`streamjob/e2e-hang:*` too, in its hanging mode). Workspace binaries built next to the kubelet (`streamjob-runtime`,
     /// `streamjob-operator`) are mapped to `streamjob/runtime:*` and `streamjob/operator:*`
     /// when they exist.
     pub fn new(kubelet_binary: &str, echo_binary: &str) -> Self {
         let kubelet_binary = PathBuf::from(kubelet_binary);
-        let mut images = vec![ImageMapping {
-            image: "streamjob/e2e-echo:*".into(),
-            binary: echo_binary.into(),
-            env: Default::default(),
-            aliases: vec![],
-        }];
+        let mut images = vec![
+            ImageMapping {
+                image: "streamjob/e2e-echo:*".into(),
+                binary: echo_binary.into(),
+                env: Default::default(),
+                aliases: vec![],
+            },
+            // a pod that accepts connections on its addresses and never answers
+            ImageMapping {
+                image: "streamjob/e2e-hang:*".into(),
+                binary: echo_binary.into(),
+                env: [("HANG".to_string(), "1".to_string())].into(),
+                aliases: vec![],
+            },
+        ];
         if let Some(dir) = kubelet_binary.parent() {
             for (image, bin) in [
                 ("streamjob/runtime:*", "streamjob-runtime"),
@@ -224,7 +233,8 @@ impl TestEnv {
             // A random second octet keeps two runs on one machine (a developer's and CI's)
             // from handing out the same pod addresses.
             pod_ip_start: std::net::Ipv4Addr::new(127, rand::random_range(1..=254), 0, 1),
-            capacity: Default::default(),
+            // the fairness test runs 200 hung jobs' pods beside the others
+            capacity: [("pods".to_string(), "400".to_string())].into(),
             labels: Default::default(),
             inherit_env: vec!["RUST_LOG".into(), "RUST_BACKTRACE".into()],
             heartbeat_seconds: 10,

@@ -28,6 +28,8 @@ use streamjob_e2e::wait::poll_until;
 
 #[path = "operator/failover.rs"]
 mod failover;
+#[path = "operator/fairness.rs"]
+mod fairness;
 #[path = "operator/flink_cluster.rs"]
 mod flink_cluster;
 #[path = "operator/user_images.rs"]
@@ -96,7 +98,13 @@ async fn operator(env: &'static TestEnv) -> &'static str {
             .restricted_namespace("operator")
             .await
             .expect("namespace");
-        install_operator(env, &ns, &["logFormat=text", "logLevel=info"], TIMEOUT)
+        let mut set = vec!["logFormat=text".to_string(), "logLevel=info".to_string()];
+        // e.g. 16: the fairness test (y) against an operator without a per-namespace limit
+        if let Ok(n) = std::env::var("STREAMJOB_E2E_NAMESPACE_CONCURRENCY") {
+            set.push(format!("namespaceConcurrency={n}"));
+        }
+        let set: Vec<&str> = set.iter().map(String::as_str).collect();
+        install_operator(env, &ns, &set, TIMEOUT)
             .await
             .expect("operator installed and available");
         ns

@@ -41,6 +41,10 @@ struct RunArgs {
     /// StreamJobs reconciled at the same time (a reconcile mostly waits on the API server).
     #[arg(long, default_value_t = 16)]
     concurrency: u16,
+    /// Reconcile slots one namespace may hold at once, so that one tenant's hung jobs cannot
+    /// keep the others waiting (watching every namespace; at least 1).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    namespace_concurrency: u16,
     /// Namespaces to watch (repeat); none: all namespaces.
     #[arg(long = "namespace")]
     namespaces: Vec<String>,
@@ -212,6 +216,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let settings = Settings {
         control_port: args.runtime_control_port,
         concurrency: args.concurrency,
+        namespace_concurrency: args.namespace_concurrency,
         namespaces: args.namespaces.clone(),
         instance: identity,
         home_namespace: std::env::var("POD_NAMESPACE").ok(),
@@ -238,7 +243,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ctx = ctx.leading(leadership.clone());
     }
     let ctx = Arc::new(ctx);
-    tracing::info!(namespaces = ?args.namespaces, concurrency = args.concurrency, "starting controller");
+    tracing::info!(
+        namespaces = ?args.namespaces,
+        concurrency = args.concurrency,
+        namespace_concurrency = args.namespace_concurrency,
+        "starting controller"
+    );
 
     let result = match leading {
         Some(mut leadership) => {
@@ -278,6 +288,7 @@ mod tests {
             "run",
             "--metrics-addr=10.0.0.7:9090",
             "--concurrency=8",
+            "--namespace-concurrency=4",
             "--namespace=a",
             "--namespace=b",
             "--leader-election",
@@ -291,8 +302,14 @@ mod tests {
             panic!("chart arguments do not parse");
         };
         assert_eq!(args.concurrency, 8);
+        assert_eq!(args.namespace_concurrency, 4);
         assert_eq!(args.namespaces, vec!["a", "b"]);
         assert!(args.leader_election);
         assert_eq!(args.leader_election_namespace.as_deref(), Some("ops"));
+        assert!(
+            Cli::try_parse_from(["streamjob-operator", "run", "--namespace-concurrency=0"])
+                .is_err(),
+            "a namespace needs at least one slot"
+        );
     }
 }

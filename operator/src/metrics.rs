@@ -43,6 +43,7 @@ fn label(key: &'static str, value: &str) -> Label {
 pub struct Metrics {
     registry: Arc<Registry>,
     reconciles: Counter,
+    deferred: Counter,
     errors: Family<Label, Counter>,
     reconcile_seconds: Histogram,
     phase_seconds: Family<Label, Counter<f64, AtomicU64>>,
@@ -62,6 +63,7 @@ impl Default for Metrics {
         let m = Self {
             registry: Arc::default(),
             reconciles: Counter::default(),
+            deferred: Counter::default(),
             errors: Family::default(),
             reconcile_seconds: histogram(),
             phase_seconds: Family::default(),
@@ -77,6 +79,11 @@ impl Default for Metrics {
             "streamjob_reconciles",
             "Reconciliations run",
             m.reconciles.clone(),
+        );
+        r.register(
+            "streamjob_reconciles_deferred",
+            "Reconciles put back because their namespace held its share of the reconcile slots",
+            m.deferred.clone(),
         );
         r.register(
             "streamjob_reconcile_errors",
@@ -133,6 +140,11 @@ impl Metrics {
     pub fn reconciled(&self, took: Duration) {
         self.reconciles.inc();
         self.reconcile_seconds.observe(took.as_secs_f64());
+    }
+
+    /// A reconcile put back for fairness (`--namespace-concurrency`).
+    pub fn deferred(&self) {
+        self.deferred.inc();
     }
 
     pub fn error(&self, kind: &str) {

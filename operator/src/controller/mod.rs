@@ -41,6 +41,8 @@ pub const FINALIZER: &str = "streamjob.io/dispose-savepoints";
 pub struct Settings {
     pub control_port: u16,
     pub concurrency: u16,
+    /// Reconcile slots one namespace may hold at once (see [`fairness`]).
+    pub namespace_concurrency: u16,
     /// Empty: all namespaces.
     pub namespaces: Vec<String>,
     /// Events' reporting instance (the pod name).
@@ -75,6 +77,8 @@ pub struct Context<E: Engine> {
     leadership: Option<Leadership>,
     /// The clock every status time is written and read on (the API server's, estimated).
     clock: Arc<ApiClock>,
+    /// Reconciles in flight per namespace, bounded so that one tenant cannot hold every slot.
+    slots: fairness::NamespaceSlots,
 }
 
 impl<C: ControlApi> Context<Engines<C>> {
@@ -103,6 +107,12 @@ impl<E: Engine> Context<E> {
             controller: MANAGER.into(),
             instance: Some(settings.instance.clone()),
         };
+        // with listed namespaces each has a controller and slots of its own: no limit needed
+        let slots = fairness::NamespaceSlots::new(if settings.namespaces.is_empty() {
+            settings.namespace_concurrency
+        } else {
+            settings.concurrency
+        });
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             client,
@@ -113,6 +123,7 @@ impl<E: Engine> Context<E> {
             policies: Mutex::new(BTreeSet::new()),
             leadership: None,
             clock: Arc::new(ApiClock::default()),
+            slots,
         }
     }
 
@@ -261,6 +272,11 @@ async fn reconcile<E: Engine>(job: Arc<StreamJob>, ctx: Arc<Context<E>>) -> Resu
         .namespace()
         .ok_or_else(|| Error::Object("StreamJob without namespace".into()))?;
     let name = job.name_any();
+    let Some(_slot) = ctx.slots.try_take(&ns) else {
+        // this namespace holds its share of the slots: give this one back to the others
+        ctx.metrics.deferred();
+        return Ok(Requeue::requeue(fairness::defer_delay()));
+    };
     let span = tracing::info_span!("reconcile", namespace = %ns, job = %name, generation = ?job.metadata.generation);
     let started = Instant::now();
     let result = reconcile_inner(&job, &ctx, &ns, &name)
@@ -506,6 +522,7 @@ fn action_name(a: &Action) -> &'static str {
 
 mod act;
 mod cleanup;
+pub mod fairness;
 mod token;
 
 use act::apply;
