@@ -1683,6 +1683,12 @@ pub struct PendingSavepoint {
     pub stop: bool,
     /// When it was requested (RFC 3339).
     pub started_at: String,
+    /// The path of the job's last savepoint when this one was requested ("" if it had none;
+    /// unset if its status could not be read). When the answer to the request is lost, a
+    /// savepoint the job reports with another path is this one — decided without comparing the
+    /// job pod's clock with the operator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
 }
 
 /// Progress of a transition.

@@ -3,6 +3,7 @@
 //! latest checkpoint copied into status.
 
 use super::*;
+use crate::control::Snapshot;
 
 /// Result of looking at `status.pendingSavepoint`.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,10 +79,7 @@ impl Ctx<'_> {
                 .and_then(|a| self.obs.job(&a))
                 .is_some_and(|j| {
                     j.state == RunState::Running
-                        && j.last_savepoint
-                            .as_ref()
-                            .and_then(|s| parse_time(s.completed_at.as_deref()))
-                            .is_none_or(|t| Some(t) < started)
+                        && !is_pending(&p, j.last_savepoint.as_ref(), started)
                 })
         {
             self.st.pending_savepoint = None;
@@ -106,10 +104,8 @@ impl Ctx<'_> {
                 });
                 let from_exit = from_exit.or(recovered);
                 let from_status = self.active().and_then(|a| {
-                    let js = self.obs.job(&a)?;
-                    let sp = js.last_savepoint.as_ref()?;
-                    let done = parse_time(sp.completed_at.as_deref())?;
-                    (done >= started?).then(|| sp.path.clone())
+                    let sp = self.obs.job(&a)?.last_savepoint.as_ref()?;
+                    is_pending(&p, Some(sp), started).then(|| sp.path.clone())
                 });
                 from_exit.or(from_status).map(Ok)
             }
@@ -179,11 +175,18 @@ impl Ctx<'_> {
             stop,
             standby,
         });
+        let previous = self.obs.job(pod).map(|j| {
+            j.last_savepoint
+                .as_ref()
+                .map(|s| s.path.clone())
+                .unwrap_or_default()
+        });
         self.st.pending_savepoint = Some(PendingSavepoint {
             request_id: String::new(),
             reason: reason.to_string(),
             stop,
             started_at: self.now.clone(),
+            previous,
         });
         self.note(
             false,
@@ -194,5 +197,26 @@ impl Ctx<'_> {
             ),
         );
         self.requeue = FAST;
+    }
+}
+
+/// Whether `reported`, the last savepoint a job reports, is the `pending` one (its request's
+/// answer lost). The job reports only savepoints taken since its process started, and only the
+/// operator asks for them, one at a time: a path other than the one reported when it was asked
+/// is this one. No clock is read, so a job pod's clock ahead of the operator's cannot pass an
+/// older savepoint off as this one, nor one behind it hide this one until the savepoint times
+/// out. A request recorded without `previous` (by an older operator, or when the job's status
+/// could not be read) falls back to the completion time on the pod's clock.
+fn is_pending(
+    pending: &PendingSavepoint,
+    reported: Option<&Snapshot>,
+    requested: Option<DateTime<Utc>>,
+) -> bool {
+    let Some(sp) = reported else { return false };
+    match &pending.previous {
+        Some(previous) => sp.path != *previous,
+        None => parse_time(sp.completed_at.as_deref())
+            .zip(requested)
+            .is_some_and(|(done, requested)| done >= requested),
     }
 }

@@ -204,12 +204,19 @@ fn status(epochs: Vec<u64>) -> impl Strategy<Value = StreamJobStatus> {
             ]),
             any::<bool>(),
             time(),
+            proptest::option::of(proptest::sample::select(vec![
+                String::new(),
+                "s3://b/sp/1".to_string(),
+            ])),
         )
-            .prop_map(|(request_id, reason, stop, started_at)| PendingSavepoint {
-                request_id,
-                reason,
-                stop,
-                started_at,
+            .prop_map(|(request_id, reason, stop, started_at, previous)| {
+                PendingSavepoint {
+                    request_id,
+                    reason,
+                    stop,
+                    started_at,
+                    previous,
+                }
             }),
     );
     let extremes = proptest::sample::select(epochs);

@@ -552,6 +552,7 @@ fn pending(mut s: StreamJobStatus, reason: &str, stop: bool) -> StreamJobStatus 
         reason: reason.into(),
         stop,
         started_at: ts(100),
+        previous: None,
     });
     s
 }
@@ -600,6 +601,7 @@ mod cases_in_place;
 mod cases_planning;
 mod cases_shadow;
 mod cases_suspend;
+mod clock_skew;
 mod misc;
 mod scenarios;
 mod sweep;
