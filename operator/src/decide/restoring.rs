@@ -96,15 +96,28 @@ impl Ctx<'_> {
                         js.as_ref().map(|j| j.restarts).unwrap_or(0)
                     ))
                 }
-                _ if self.step_age() > Self::readiness_timeout(&target) => Some(format!(
-                    "no checkpoint completed within readinessTimeout {}",
-                    target.upgrade.readiness_timeout
-                )),
+                _ if self.restore_age(pod.as_ref()) > Self::readiness_timeout(&target) => {
+                    Some(format!(
+                        "no checkpoint completed within readinessTimeout {}",
+                        target.upgrade.readiness_timeout
+                    ))
+                }
                 _ => None,
             },
         };
         let Some(why) = failure else { return };
         self.fail_restore(s, &up, &watched, why);
+    }
+
+    /// How long the watched pod has had to complete a checkpoint: since the step began, or since
+    /// the pod was created if that was later. An operator slowed down (an API server answering
+    /// late, a full work queue) may create the pod a minute after the step began; that minute
+    /// is not the new version's, and counting it rolled back healthy upgrades (e2e z).
+    fn restore_age(&self, pod: Option<&PodObs>) -> Duration {
+        let step = self.step_age();
+        pod.and_then(|p| p.created).map_or(step, |c| {
+            step.min((self.obs.now - c).to_std().unwrap_or_default())
+        })
     }
 
     pub(super) fn promote(

@@ -63,6 +63,8 @@ pub struct PodObs {
     /// When its deletion is due, while it is terminating: `metadata.deletionTimestamp`, the
     /// request plus the grace period, on the API server's clock (as `Observed::now`).
     pub deletion_due: Option<DateTime<Utc>>,
+    /// `metadata.creationTimestamp`, on the API server's clock (as `Observed::now`).
+    pub created: Option<DateTime<Utc>>,
     pub restarts: i32,
     /// Waiting reason of the container, e.g. CrashLoopBackOff, ImagePullBackOff.
     pub waiting_reason: Option<String>,
@@ -85,6 +87,7 @@ impl PodObs {
             ready: phase == PodPhase::Running,
             terminating: false,
             deletion_due: None,
+            created: None,
             restarts: 0,
             waiting_reason: None,
             exit_code: None,

@@ -322,6 +322,34 @@ pub(super) fn push(v: &mut Vec<Case>) {
         .conds(&["Upgrading"])
         .event("RollingBack"),
     );
+    // the operator (API server answering late) created the pod long after the step began: the
+    // new version's time counts from the pod's creation
+    let mut o = new_world(100_000, RunState::Running, None);
+    o.pods[0].created = Some(t(100_000 - 20));
+    v.push(
+        Case::new(
+            "restoring: a pod created late still has its readiness timeout",
+            img2(),
+            restoring.clone(),
+            o,
+        )
+        .stage("InPlace/Restoring")
+        .conds(&["Upgrading"]),
+    );
+    let mut o = new_world(100_000, RunState::Running, None);
+    o.pods[0].created = Some(t(100_000 - 3600));
+    v.push(
+        Case::new(
+            "restoring: a pod created late and still without a checkpoint rolls back",
+            img2(),
+            restoring.clone(),
+            o,
+        )
+        .stage("Rollback/Stopped")
+        .phase(Phase::RollingBack)
+        .conds(&["Upgrading"])
+        .event("RollingBack"),
+    );
     let mut o = new_world(220, RunState::Restarting, None);
     o.pods[0].restarts = 3;
     o.pods[0].waiting_reason = Some("CrashLoopBackOff".into());

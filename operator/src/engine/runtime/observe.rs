@@ -63,6 +63,11 @@ pub fn observe_pod(pod: &Pod) -> Option<PodObs> {
             .deletion_timestamp
             .as_ref()
             .and_then(|t| DateTime::from_timestamp_millis(t.0.as_millisecond())),
+        created: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(|t| DateTime::from_timestamp_millis(t.0.as_millisecond())),
         restarts: container.map(|c| c.restart_count).unwrap_or(0),
         waiting_reason: container
             .and_then(|c| c.state.as_ref())
