@@ -32,6 +32,8 @@ mod failover;
 mod fairness;
 #[path = "operator/flink_cluster.rs"]
 mod flink_cluster;
+#[path = "operator/slow_api.rs"]
+mod slow_api;
 #[path = "operator/user_images.rs"]
 mod user_images;
 

@@ -45,6 +45,21 @@ pub fn partitioned(pod: &Pod) -> bool {
         .is_some_and(|v| v == "true")
 }
 
+/// A pod annotated `e2e.streamjob.io/api-server: https://HOST:PORT` reaches the API server at
+/// that address instead of the kubelet's (its kubeconfig and `KUBERNETES_SERVICE_HOST`/`PORT`):
+/// tests put a slow proxy in front of the API server for one pod (the operator) while everything
+/// else talks to the API server directly.
+pub const API_SERVER: &str = "e2e.streamjob.io/api-server";
+
+/// The API server `pod` is given: its [`API_SERVER`] annotation, else `default`.
+fn api_server_of<'a>(pod: &'a Pod, default: &'a str) -> &'a str {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(API_SERVER))
+        .map_or(default, String::as_str)
+}
+
 /// Shared state of the kubelet that pod workers use.
 pub struct Shared {
     pub client: kube::Client,
@@ -246,7 +261,7 @@ impl PodRuntime {
             .ok_or_else(|| ConfigError("token request returned no token".into()))?;
         write_kubeconfig(
             &path,
-            &self.shared.cfg.api_server,
+            api_server_of(pod, &self.shared.cfg.api_server),
             &self.shared.cfg.ca_file,
             &format!("system:serviceaccount:{ns}:{sa}"),
             KubeconfigAuth::Token(&token),
@@ -282,8 +297,7 @@ impl PodRuntime {
             ("HOME".to_string(), self.dir.display().to_string()),
             ("HOSTNAME".to_string(), pod_name),
         ]);
-        if let Some(host_port) = cfg
-            .api_server
+        if let Some(host_port) = api_server_of(pod, &cfg.api_server)
             .strip_prefix("https://")
             .and_then(|hp| hp.rsplit_once(':'))
         {

@@ -18,14 +18,14 @@ const LEASE_DURATION: Duration = Duration::from_secs(6);
 const TAKEOVER_BOUND: Duration = Duration::from_secs(6 + 2 + 2);
 
 /// The shared operator scaled to zero with its pods gone, until dropped.
-struct SharedOperatorPaused {
+pub(super) struct SharedOperatorPaused {
     env: &'static TestEnv,
     ns: String,
     deployment: String,
 }
 
 impl SharedOperatorPaused {
-    async fn new(env: &'static TestEnv) -> Self {
+    pub(super) async fn new(env: &'static TestEnv) -> Self {
         let ns = operator(env).await.to_string();
         let client = env.client().await.expect("client");
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);

@@ -1,0 +1,150 @@
+//! Issue #38: an API server that answers the operator late. The operator of this test (a second
+//! release of the chart, watching only the job's namespace; the shared one is scaled to zero)
+//! reaches the API server through a proxy that holds every chunk either way for a while
+//! (`e2e.streamjob.io/api-server` on its pod); the job's pods, the kubelet and the test talk to
+//! the API server directly.
+
+use std::net::SocketAddr;
+
+use streamjob_e2e::kubelet::pod::API_SERVER;
+use streamjob_e2e::proxy::FaultProxy;
+
+use super::failover::SharedOperatorPaused;
+use super::*;
+
+/// The Lease this test installs the operator with: a leader steps down two thirds of it after
+/// its last renewal was sent, so it rides out renewals that take up to about 60 s (a round trip
+/// under [`STEADY_DELAY`] takes 40 s or more).
+const LEASE_DURATION: Duration = Duration::from_secs(90);
+/// Latency (per chunk, each way) during the upgrade, and afterwards while the job runs on.
+const UPGRADE_DELAY: Duration = Duration::from_secs(5);
+const STEADY_DELAY: Duration = Duration::from_secs(20);
+/// Checkpoints the operator must report (each a status write through the slow proxy) while the
+/// API server answers [`STEADY_DELAY`] late.
+const STEADY_CHECKPOINTS: u64 = 2;
+
+/// The runtime pod's (uid, restarts of its container).
+fn identity(p: &Pod) -> (String, i32) {
+    let restarts = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .map_or(0, |c| c.restart_count);
+    (p.metadata.uid.clone().unwrap_or_default(), restarts)
+}
+
+/// z. A job upgraded in place while every answer to the operator comes 5 s late (10 s or more
+/// a round trip), then left running while they come 20 s late: promoted from its savepoint; with
+/// answers 20 s late the operator still reports the job's checkpoints and replaces or restarts
+/// nothing (slowness is not a failure); every aggregate once when the job finishes with the API
+/// server fast again. How often the operator's container restarted is printed (a leader whose
+/// renewals come too late steps down and exits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "full suite: cargo xtask e2e --full"]
+async fn z_operator_behind_a_slow_api_server() {
+    let env = env().await;
+    let mut job = new_job(env, "slowapi").await;
+    // long enough to still run after the upgrade and the slow minute
+    job.count = 300_000;
+    let _paused = SharedOperatorPaused::new(env).await;
+    let upstream: SocketAddr = env
+        .kubelet_config
+        .api_server
+        .strip_prefix("https://")
+        .and_then(|a| a.parse().ok())
+        .expect("the API server's address");
+    let proxy = FaultProxy::start(upstream).expect("proxy");
+    let op_ns = env.restricted_namespace("slowop").await.expect("namespace");
+    let watch = format!("watchNamespaces={{{}}}", job.ns);
+    let lease = format!("leaderElection.leaseDuration={}s", LEASE_DURATION.as_secs());
+    let via = format!(
+        "podAnnotations.{}=https://{}",
+        API_SERVER.replace('.', "\\."),
+        proxy.addr
+    );
+    env.install_operator_chart(
+        "slow",
+        &op_ns,
+        &["logFormat=text", "logLevel=info", &watch, &lease, &via],
+    )
+    .expect("helm install behind the proxy");
+
+    let mut ctx = Ctx::new(env, job).await;
+    ctx.apply();
+    let before = ctx.running_with_checkpoint().await;
+    let old = deployed_hash(&before);
+
+    proxy.set_delay(UPGRADE_DELAY);
+    let t0 = Instant::now();
+    ctx.job.image = "streamjob/runtime:v2".into();
+    ctx.apply();
+    let o = ctx
+        .wait(
+            "promoted with the API server 5 s late",
+            Duration::from_secs(600),
+            |o| promoted(o, &old),
+        )
+        .await;
+    ctx.log(&format!(
+        "upgrade promoted {:.1?} after the bump, every answer {UPGRADE_DELAY:?} late",
+        t0.elapsed()
+    ));
+    assert_started_from_recorded_savepoint(&o);
+    assert_newer_epoch(&before, &o);
+
+    let pods = ctx.runtime_pods().await;
+    assert_eq!(pods.len(), 1, "one runtime pod after the upgrade");
+    let running = identity(&pods[0]);
+    proxy.set_delay(STEADY_DELAY);
+    let t1 = Instant::now();
+    let first = status(&o)["lastCheckpoint"]["id"].as_u64().unwrap_or(0);
+    ctx.wait(
+        "checkpoints reported through the slow API server",
+        Duration::from_secs(400),
+        |o| status(o)["lastCheckpoint"]["id"].as_u64().unwrap_or(0) >= first + STEADY_CHECKPOINTS,
+    )
+    .await;
+    ctx.log(&format!(
+        "{STEADY_CHECKPOINTS} newer checkpoints reported {:.1?} into answers {STEADY_DELAY:?} late",
+        t1.elapsed()
+    ));
+    let pods = ctx.runtime_pods().await;
+    assert_eq!(
+        pods.iter().map(identity).collect::<Vec<_>>(),
+        vec![running],
+        "the runtime pod neither replaced nor restarted while the API server was slow"
+    );
+    proxy.set_delay(Duration::ZERO);
+
+    let o = ctx
+        .wait("phase Finished", Duration::from_secs(600), |o| {
+            phase(o) == "Finished"
+        })
+        .await;
+    assert_eq!(status(&o)["deployment"]["image"], "streamjob/runtime:v2");
+    ctx.assert_exactly_once().await;
+    let seen = ctx.seen();
+    assert!(
+        !seen
+            .iter()
+            .any(|s| s.starts_with("Failed") || s.contains("Rollback")),
+        "no failure or rollback: {seen:?}"
+    );
+    ctx.log(&format!("phases: {seen:?}"));
+    let op_pods: Api<Pod> = Api::namespaced(env.client().await.expect("client"), &op_ns);
+    for p in op_pods
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+    {
+        ctx.log(&format!(
+            "operator pod {}: container restarts {}",
+            p.metadata.name.clone().unwrap_or_default(),
+            identity(&p).1
+        ));
+    }
+    env.kubectl_ok(&["delete", "namespace", &op_ns, "--wait=false"], None)
+        .expect("delete the slow operator's namespace");
+}
