@@ -170,7 +170,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         match probe.list(&ListParams::default().limit(1)).await {
             Ok(_) => break,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot list StreamJobs yet (is the CRD installed?)");
+                // say which: an API server out of reach, or one that does not know StreamJobs
+                let hint = match &e {
+                    kube::Error::Api(s) if s.code == 404 => "is the CRD installed?",
+                    kube::Error::Api(s) if s.code == 403 => {
+                        "RBAC: may this service account list streamjobs?"
+                    }
+                    _ => "the API server did not answer",
+                };
+                tracing::warn!(error = %e, hint, "cannot list StreamJobs yet");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(30));
             }

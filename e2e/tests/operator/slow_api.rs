@@ -40,8 +40,14 @@ fn identity(p: &Pod) -> (String, i32) {
 /// nothing (slowness is not a failure); every aggregate once when the job finishes with the API
 /// server fast again. How often the operator's container restarted is printed (a leader whose
 /// renewals come too late steps down and exits).
+///
+/// Today the 5 s part passes (promoted 567 s after the bump, no rollback) and the 20 s part
+/// fails: the leader's renewals miss their deadline, it exits, and the restarted operator cannot
+/// open a connection at all (`client error (Connect)`: the TLS handshake alone takes longer than
+/// the client's 30 s connect timeout), so no checkpoint is reported. The job's pod runs on
+/// untouched meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "full suite: cargo xtask e2e --full"]
+#[ignore = "full suite (cargo xtask e2e --full); its 20 s phase fails today: see the doc comment"]
 async fn z_operator_behind_a_slow_api_server() {
     let env = env().await;
     let mut job = new_job(env, "slowapi").await;
@@ -82,7 +88,8 @@ async fn z_operator_behind_a_slow_api_server() {
     let o = ctx
         .wait(
             "promoted with the API server 5 s late",
-            Duration::from_secs(600),
+            // each step costs the operator about a minute of its own (measured: 567 s in all)
+            Duration::from_secs(900),
             |o| promoted(o, &old),
         )
         .await;
