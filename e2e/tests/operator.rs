@@ -114,6 +114,15 @@ async fn operator(env: &'static TestEnv) -> &'static str {
     .await
 }
 
+/// Restarts of the pod's first container (0 before it has a status).
+fn restarts(p: &Pod) -> i32 {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .map_or(0, |c| c.restart_count)
+}
+
 /// A job in a fresh namespace with its bucket and credentials (operator installed).
 async fn new_job(env: &'static TestEnv, name: &str) -> Job {
     operator(env).await;

@@ -94,15 +94,9 @@ async fn operator_container(pods: &Api<Pod>, pod: &str) -> (u32, i32) {
         Duration::from_millis(100),
         || async {
             let p = pods.get(pod).await?;
-            let restarts = p
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .and_then(|c| c.first())
-                .map_or(0, |c| c.restart_count);
             Ok(container_pid(&p)
                 .filter(|pid| pid_alive(*pid))
-                .map(|pid| (pid, restarts)))
+                .map(|pid| (pid, restarts(&p))))
         },
     )
     .await

@@ -25,13 +25,7 @@ const STEADY_CHECKPOINTS: u64 = 2;
 
 /// The runtime pod's (uid, restarts of its container).
 fn identity(p: &Pod) -> (String, i32) {
-    let restarts = p
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|c| c.first())
-        .map_or(0, |c| c.restart_count);
-    (p.metadata.uid.clone().unwrap_or_default(), restarts)
+    (p.metadata.uid.clone().unwrap_or_default(), restarts(p))
 }
 
 /// z. A job upgraded in place while every answer to the operator comes 5 s late (10 s or more

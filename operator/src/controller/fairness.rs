@@ -60,11 +60,6 @@ impl NamespaceSlots {
             namespace: namespace.to_string(),
         })
     }
-
-    /// Reconciles of `namespace` in flight.
-    pub fn in_flight(&self, namespace: &str) -> usize {
-        self.busy().get(namespace).copied().unwrap_or(0)
-    }
 }
 
 impl Drop for Slot<'_> {
@@ -87,6 +82,12 @@ pub fn defer_delay() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl NamespaceSlots {
+        fn in_flight(&self, namespace: &str) -> usize {
+            self.busy().get(namespace).copied().unwrap_or(0)
+        }
+    }
 
     #[test]
     fn a_namespace_holds_at_most_its_limit_and_others_are_unaffected() {
