@@ -410,8 +410,10 @@ fn install() -> Result<(), String> {
 /// Which end-to-end tests run. CI runs the short suite; the full one adds the tests marked
 /// `#[ignore = "full suite: ..."]`: variants of what the short suite covers already (the SIGKILL
 /// matrix on HDFS, GCS and Azure besides MinIO; Flink 1.20 through the operator besides 2.3;
-/// the operator killed at every shadow step besides every in-place one), kept out of CI so that
-/// a cold run fits its 90 minutes.
+/// the operator killed at every shadow step besides every in-place one; a Shadow rollback of a
+/// version that never checkpoints (r) and a Shadow upgrade with workers (m) besides p's Shadow
+/// rollback with workers; the Shadow bump of template images (u) besides j and t), kept out of CI
+/// so that a cold run fits its 90 minutes.
 #[derive(Clone, Copy)]
 enum Suite {
     Short,
