@@ -3,6 +3,16 @@
 use super::*;
 use streamjob_crds::v1alpha1::EngineKind;
 
+/// What `status.savepointHistory` may take of the object (at most 1.5 MiB with its spec).
+pub(crate) const HISTORY_BUDGET_BYTES: usize = 256 * 1024;
+
+/// About what one history entry takes in the stored object: its strings and JSON's keys and
+/// quotes.
+fn status_bytes(sp: &SavepointInfo) -> usize {
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    64 + sp.path.len() + text(&sp.time) + text(&sp.reason) + text(&sp.spec_hash)
+}
+
 impl Ctx<'_> {
     /// Worker pods (`spec.workers`) follow the coordinator pods as observed: each live one gets
     /// its workers, those of a coordinator that is gone, finished or replaced go (see
@@ -24,7 +34,9 @@ impl Ctx<'_> {
     /// Savepoints beyond `spec.savepoints.history` are disposed and leave the status. Without
     /// `spec.savepoints` the default policy applies (10, no age limit, as with `savepoints: {}`):
     /// every upgrade, trigger and suspend adds one, and a history without bound would in the
-    /// end push the status past what the API server stores.
+    /// end push the status past what the API server stores. The count alone does not bound it
+    /// (1,000 paths of 2 KiB are more than the 1.5 MiB an object may hold), so the oldest ones
+    /// also go once the history passes [`HISTORY_BUDGET_BYTES`].
     pub(super) fn retention(&mut self) {
         let policy = self
             .spec
@@ -48,10 +60,15 @@ impl Ctx<'_> {
             .map(|a| dur("maxAge", a, Duration::MAX));
         let keep_count = policy.max_count.max(1) as usize;
         let n = self.st.savepoint_history.len();
+        // bytes of each entry and all newer ones, newest last
+        let mut newer_bytes = vec![0usize; n + 1];
+        for (i, sp) in self.st.savepoint_history.iter().enumerate().rev() {
+            newer_bytes[i] = newer_bytes[i + 1] + status_bytes(sp);
+        }
         let mut dispose = Vec::new();
         let mut kept = Vec::new();
         for (i, sp) in self.st.savepoint_history.iter().enumerate() {
-            let too_many = n - i > keep_count;
+            let too_many = n - i > keep_count || newer_bytes[i] > HISTORY_BUDGET_BYTES;
             let too_old = match (max_age, parse_time(sp.time.as_deref())) {
                 (Some(age), Some(t)) => (self.obs.now - t).to_std().unwrap_or_default() > age,
                 _ => false,

@@ -236,6 +236,51 @@ fn retention_without_a_savepoints_section_keeps_the_default_ten() {
     }));
 }
 
+/// The count alone does not bound the status: 200 savepoints with 2 KiB paths (the longest a
+/// store path may be) under `maxCount: 1000` would take 420 KiB of it. The oldest go once the
+/// history passes its byte budget, the newest stay.
+#[test]
+fn retention_keeps_the_history_within_its_share_of_the_object() {
+    use crate::decide::housekeeping::HISTORY_BUDGET_BYTES;
+    let mut spec = base_spec();
+    spec.savepoints.as_mut().unwrap().history.max_count = 1000;
+    let mut st = running();
+    st.deployment.as_mut().unwrap().spec_hash = hash(&spec);
+    st.last_stable_spec_hash = Some(hash(&spec));
+    st.last_stable_spec = Some(serde_json::to_string(&spec).unwrap());
+    let long = "s3://bucket/".to_string() + &"p".repeat(2036);
+    st.savepoint_history = (0..200)
+        .map(|i| SavepointInfo {
+            path: format!("{long}/sp-{i:03}"),
+            time: Some(ts(i * 100)),
+            reason: Some("periodic".into()),
+            spec_hash: Some("0123456789abcdef".into()),
+        })
+        .collect();
+    st.last_savepoint = st.savepoint_history.last().cloned();
+    let d = run(&spec, &st, &world(30_000));
+    let kept = &d.status.savepoint_history;
+    let stored = serde_json::to_string(kept).unwrap().len();
+    assert!(stored <= HISTORY_BUDGET_BYTES, "{stored} bytes kept");
+    assert!(kept.len() > 100, "only {} kept", kept.len());
+    assert_eq!(kept.last(), st.savepoint_history.last(), "the newest stays");
+    let disposed: Vec<String> = d
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Dispose { paths } => Some(paths.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    // the oldest ones, every one of them disposed, none kept as well
+    let oldest: Vec<String> = st.savepoint_history[..200 - kept.len()]
+        .iter()
+        .map(|s| s.path.clone())
+        .collect();
+    assert_eq!(disposed, oldest);
+}
+
 #[test]
 fn suspended_savepoint_is_protected() {
     let mut spec = suspended(base_spec());
