@@ -884,6 +884,38 @@ async fn namespaced_mode_watches_only_its_namespaces() {
     let watched_b = env.restricted_namespace("nsb").await.expect("namespace");
     let unwatched = env.restricted_namespace("nsc").await.expect("namespace");
     let watch = format!("watchNamespaces={{{watched_a},{watched_b}}}");
+    // stored before the chart (and with it the admission policy) exists: the operator refuses it
+    // (the CRD first, as GitOps users apply it, if no other test has installed it yet)
+    let crd = env
+        .repo_root
+        .join("charts/streamjob-operator/crds/streamjob.io_streamjobs.yaml")
+        .display()
+        .to_string();
+    env.kubectl_ok(&["apply", "-f", &crd], None)
+        .expect("kubectl apply the CRD");
+    env.kubectl_ok(
+        &[
+            "wait",
+            "--for=condition=established",
+            "--timeout=60s",
+            "crd/streamjobs.streamjob.io",
+        ],
+        None,
+    )
+    .expect("the CRD established");
+    let borrowing = |name: &str, template: &str| {
+        streamjob_manifest(name, "nowhere", &env.s3().url, "s3-credentials", "print").replacen(
+            "\nspec:\n",
+            &format!("\nspec:\n  podTemplate:\n    spec:\n{template}"),
+            1,
+        )
+    };
+    let manifest = borrowing(
+        "borrower",
+        "      serviceAccountName: default\n      volumes: [{name: keys, secret: {secretName: other-team}}]\n",
+    );
+    env.kubectl_ok(&["apply", "-n", &watched_b, "-f", "-"], Some(&manifest))
+        .expect("kubectl apply StreamJob with a borrowing template");
     env.install_operator_chart(
         "nsmode",
         &op_ns,
@@ -980,16 +1012,9 @@ async fn namespaced_mode_watches_only_its_namespaces() {
         "pods in the unwatched namespace: {pods}"
     );
 
-    // podTemplatePolicy=restricted: a template naming a service account and a Secret is refused
-    // as an invalid spec naming both fields, and nothing of it runs
-    let manifest = streamjob_manifest("borrower", "nowhere", &env.s3().url, "s3-credentials", "print")
-        .replacen(
-            "\nspec:\n",
-            "\nspec:\n  podTemplate:\n    spec:\n      serviceAccountName: default\n      volumes: [{name: keys, secret: {secretName: other-team}}]\n",
-            1,
-        );
-    env.kubectl_ok(&["apply", "-n", &watched_b, "-f", "-"], Some(&manifest))
-        .expect("kubectl apply StreamJob with a borrowing template");
+    // podTemplatePolicy=restricted: the template stored before the chart, naming a service
+    // account and a Secret, is refused by the operator as an invalid spec naming both fields, and
+    // nothing of it runs
     let refused = poll_until(
         "the borrowing job refused by the pod template policy",
         Duration::from_secs(60),
@@ -1023,11 +1048,62 @@ async fn namespaced_mode_watches_only_its_namespaces() {
         .kubectl_ok(&["get", "pods", "-n", &watched_b, "-o", "name"], None)
         .unwrap();
     assert!(pods.trim().is_empty(), "pods of a refused job: {pods}");
+    // and once the chart is in, the API server refuses such templates itself (the chart's
+    // ValidatingAdmissionPolicy), naming the field: `kubectl apply` fails
+    for (name, template, field) in [
+        (
+            "borrower-sa",
+            "      serviceAccountName: default\n",
+            "spec.podTemplate.spec.serviceAccountName",
+        ),
+        (
+            "borrower-vol",
+            "      volumes: [{name: scratch, emptyDir: {}}, {name: keys, secret: {secretName: other-team}}]\n",
+            "spec.podTemplate.spec.volumes[name=keys]",
+        ),
+        (
+            "borrower-env",
+            "      containers: [{name: runtime, env: [{name: PW, valueFrom: {secretKeyRef: {name: db, key: pw}}}]}]\n",
+            "spec.podTemplate.spec.containers[name=runtime]",
+        ),
+    ] {
+        let out = env
+            .kubectl(
+                &["apply", "-n", &watched_b, "-f", "-"],
+                Some(&borrowing(name, template)),
+            )
+            .expect("kubectl apply");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name} admitted");
+        assert!(err.contains(field), "{field} in {err}");
+    }
+    // what restricted allows is admitted (a server-side dry run passes admission, stores nothing)
+    let allowed = borrowing(
+        "allowed",
+        "      volumes: [{name: scratch, emptyDir: {}}]\n      containers: [{name: runtime, resources: {limits: {memory: 1Gi}}}]\n",
+    );
+    env.kubectl_ok(
+        &["apply", "--dry-run=server", "-n", &watched_b, "-f", "-"],
+        Some(&allowed),
+    )
+    .expect("a template restricted allows is admitted");
+    // the operator can still let go of the job stored before the policy (its finalizer)
     env.kubectl_ok(
         &["delete", "sj", "borrower", "-n", &watched_b, "--wait=false"],
         None,
     )
     .expect("delete StreamJob");
+    poll_until(
+        "the refused job deleted, its finalizer removed under the admission policy",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            let out = env.kubectl(&["get", "sj", "borrower", "-n", &watched_b], None)?;
+            Ok((!out.status.success()).then_some(()))
+        },
+    )
+    .await
+    .expect("deletion of the refused job");
 
     for ns in [&watched_a, &unwatched] {
         env.kubectl_ok(&["delete", "sj", "nsmode", "-n", ns, "--wait=false"], None)
