@@ -60,6 +60,10 @@ struct RunArgs {
     /// How long a Lease holds without renewal, e.g. 15s.
     #[arg(long, default_value = "15s")]
     lease_duration: String,
+    /// Time allowed to open a connection to the API server (TCP and TLS handshake), e.g. 30s
+    /// (kube's default). Raise it where the API server is known to answer very late.
+    #[arg(long, default_value = "30s")]
+    api_connect_timeout: String,
     /// Port of the runtime pods' control API.
     #[arg(long, env = "STREAMJOB_RUNTIME_CONTROL_PORT", default_value_t = 8081)]
     runtime_control_port: u16,
@@ -144,9 +148,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         streamjob_crds::units::parse_duration("--control-timeout", &args.control_timeout)?;
     let identity = std::env::var("POD_NAME")
         .unwrap_or_else(|_| format!("streamjob-operator-{}", std::process::id()));
-    let client = kube::Client::try_default()
+    let mut config = kube::Config::infer()
         .await
         .context("cannot configure a Kubernetes client (in-cluster or KUBECONFIG)")?;
+    config.connect_timeout = Some(streamjob_crds::units::parse_duration(
+        "--api-connect-timeout",
+        &args.api_connect_timeout,
+    )?);
+    let client = kube::Client::try_from(config.clone())
+        .context("cannot build a Kubernetes client from its configuration")?;
     let metrics = Metrics::default();
 
     // Probes and metrics first, so the pod is live while it waits for the lease.
@@ -203,8 +213,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .clone()
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".into());
+        // Its own client, hence its own connections: a renewal never waits for a connection
+        // behind the watches and reconciles, nor opens one (a TLS handshake) when it is due.
+        let lease_client = kube::Client::try_from(config)
+            .context("cannot build a Kubernetes client from its configuration")?;
         let mut leadership = leader::spawn(
-            client.clone(),
+            lease_client,
             LeaseConfig {
                 namespace,
                 name: args.lease_name.clone(),
@@ -302,6 +316,7 @@ mod tests {
             "--leader-election",
             "--leader-election-namespace=ops",
             "--lease-duration=15s",
+            "--api-connect-timeout=30s",
         ]);
         let Ok(Cli {
             command: Command::Run(args),
