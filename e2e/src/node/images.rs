@@ -1,13 +1,17 @@
 //! The images `e2e/scripts/build-images.sh` builds for the real node, as the tests name them.
 //!
 //! The script writes `<cache>/images/index.tsv`: one line per image, tab-separated
-//! `name:tag`, archive path, size in bytes, content hash. Every archive listed is imported into
-//! the node's containerd before the kubelet starts (no registry is reachable; pods use
-//! `imagePullPolicy: IfNotPresent` or `Never`).
+//! `name:tag`, archive path, size in bytes, content hash. The images the node runs are imported
+//! into its containerd before the kubelet starts (no registry is reachable; pods use
+//! `imagePullPolicy: IfNotPresent` or `Never`), from one bundle that holds each layer once.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-use crate::error::{Error, Result};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, IoContext, Result};
+use crate::process::run_checked;
 
 /// The runtime image (Dockerfile target `runtime`).
 pub const RUNTIME: (&str, &str) = ("streamjob/runtime", "e2e");
@@ -31,8 +35,7 @@ pub const FLINK_CHECKER: (&str, &str) = ("streamjob/flink-checker", "e2e");
 
 /// Images the script builds that the node does not import: bases other images are built FROM
 /// (their layers arrive with those images) and the Flink 1.20 images (the node tests run Flink
-/// 2.3; 1.20 runs on the process kubelet). Each archive holds all of its image's layers, so every
-/// import costs its full size.
+/// 2.3; 1.20 runs on the process kubelet).
 const NOT_ON_THE_NODE: &[&str] = &[
     "streamjob/base-cc:",
     "streamjob/jre:",
@@ -48,7 +51,7 @@ pub fn index_path() -> PathBuf {
         .join("index.tsv")
 }
 
-/// The archive of every image of the index the node imports, in its order.
+/// What the node imports: one docker-archive of every image of the index it runs ([`bundle`]).
 pub fn archives() -> Result<Vec<PathBuf>> {
     let path = index_path();
     let text = std::fs::read_to_string(&path).map_err(|e| {
@@ -57,20 +60,104 @@ pub fn archives() -> Result<Vec<PathBuf>> {
             path.display()
         ))
     })?;
-    parse_index(&text)
+    let images: Vec<Indexed> = parse_index(&text)
         .into_iter()
-        .filter(|(name, _)| on_the_node(name))
-        .map(|(name, archive)| {
-            if archive.is_file() {
-                Ok(archive)
-            } else {
-                Err(Error::Other(format!(
-                    "image {name}: archive {} is missing (run e2e/scripts/build-images.sh)",
-                    archive.display()
-                )))
-            }
-        })
-        .collect()
+        .filter(|i| on_the_node(&i.name))
+        .collect();
+    for i in &images {
+        if !i.archive.is_file() {
+            return Err(Error::Other(format!(
+                "image {}: archive {} is missing (run e2e/scripts/build-images.sh)",
+                i.name,
+                i.archive.display()
+            )));
+        }
+    }
+    Ok(vec![bundle(&images)?])
+}
+
+/// One docker-archive of `images`, each layer once. The archive of an image holds every layer
+/// of its bases too (five job-template images on one base, three Flink images on one JRE and
+/// Flink: 2.3 GiB of archives for 1.1 GiB of layers), and `ctr images import` reads and hashes
+/// every copy. In a docker-archive layers and configs are files named by their digest, so the
+/// bundle is the union of the archives' files with their `manifest.json` entries joined (as
+/// `docker save` of several images writes it). Built once per set of archives, named after their
+/// content hashes; older bundles are removed.
+fn bundle(images: &[Indexed]) -> Result<PathBuf> {
+    let mut key = Sha256::new();
+    for i in images {
+        key.update(format!("{}\t{}\n", i.name, i.sha256));
+    }
+    let key: String = key.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let dir = index_path()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let bundle = dir.join(format!("node-bundle-{key}.tar"));
+    if bundle.is_file() {
+        return Ok(bundle);
+    }
+    let files = dir.join(format!(".node-bundle-{key}"));
+    let _ = std::fs::remove_dir_all(&files);
+    std::fs::create_dir_all(&files).ctx(|| format!("create {}", files.display()))?;
+    let mut manifest = Vec::new();
+    for i in images {
+        // an identical file of an earlier archive is the same layer or config: kept, not rewritten
+        run_checked(
+            Command::new("tar")
+                .arg("-xf")
+                .arg(&i.archive)
+                .arg("-C")
+                .arg(&files)
+                .args(["--skip-old-files", "--exclude=manifest.json"])
+                .args(["--exclude=repositories"]),
+        )?;
+        let out = run_checked(
+            Command::new("tar")
+                .arg("-xOf")
+                .arg(&i.archive)
+                .arg("manifest.json"),
+        )?;
+        let entries: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
+            .map_err(|e| Error::Other(format!("{}: manifest.json: {e}", i.archive.display())))?;
+        manifest.extend(entries);
+    }
+    let text = serde_json::to_vec(&manifest)
+        .map_err(|e| Error::Other(format!("bundle manifest.json: {e}")))?;
+    std::fs::write(files.join("manifest.json"), text)
+        .ctx(|| format!("write {}/manifest.json", files.display()))?;
+    // named one by one: no `./` in front of the names importers match
+    let mut names: Vec<String> = std::fs::read_dir(&files)
+        .ctx(|| format!("list {}", files.display()))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    let partial = dir.join(format!(".node-bundle-{key}.tar"));
+    run_checked(
+        Command::new("tar")
+            .arg("-cf")
+            .arg(&partial)
+            .arg("-C")
+            .arg(&files)
+            .args(&names),
+    )?;
+    std::fs::rename(&partial, &bundle).ctx(|| format!("rename to {}", bundle.display()))?;
+    let _ = std::fs::remove_dir_all(&files);
+    for old in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = old.file_name().to_string_lossy().into_owned();
+        if name.starts_with("node-bundle-") && old.path() != bundle {
+            let _ = std::fs::remove_file(old.path());
+        }
+    }
+    tracing::info!(
+        images = images.len(),
+        bundle = %bundle.display(),
+        "image bundle for the node written"
+    );
+    Ok(bundle)
 }
 
 fn on_the_node(name: &str) -> bool {
@@ -83,12 +170,25 @@ fn on_the_node(name: &str) -> bool {
     })
 }
 
-fn parse_index(text: &str) -> Vec<(String, PathBuf)> {
+/// One line of the index.
+#[derive(Debug, PartialEq)]
+struct Indexed {
+    name: String,
+    archive: PathBuf,
+    /// `sha256:<hex>` of the archive ("" in an index without it).
+    sha256: String,
+}
+
+fn parse_index(text: &str) -> Vec<Indexed> {
     text.lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .filter_map(|l| {
             let mut f = l.split('\t');
-            Some((f.next()?.to_string(), PathBuf::from(f.next()?)))
+            Some(Indexed {
+                name: f.next()?.to_string(),
+                archive: PathBuf::from(f.next()?),
+                sha256: f.nth(1).unwrap_or_default().to_string(),
+            })
         })
         .collect()
 }
@@ -123,10 +223,11 @@ mod tests {
         let got = parse_index("# c\nstreamjob/runtime:e2e\t/c/r.tar\t10\tabc\n\n");
         assert_eq!(
             got,
-            vec![(
-                "streamjob/runtime:e2e".to_string(),
-                PathBuf::from("/c/r.tar")
-            )]
+            vec![Indexed {
+                name: "streamjob/runtime:e2e".to_string(),
+                archive: PathBuf::from("/c/r.tar"),
+                sha256: "abc".to_string(),
+            }]
         );
     }
 }
