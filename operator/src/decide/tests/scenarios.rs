@@ -163,6 +163,18 @@ fn nonce_is_handled_once() {
     );
 }
 
+/// Every path the decision disposes of, in order.
+fn disposed(d: &Decision) -> Vec<String> {
+    d.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Dispose { paths } => Some(paths.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
 #[test]
 fn retention_by_count_and_age_keeps_protected_savepoints() {
     let mut spec = base_spec();
@@ -181,15 +193,7 @@ fn retention_by_count_and_age_keeps_protected_savepoints() {
         .collect();
     st.last_savepoint = st.savepoint_history.last().cloned();
     let d = run(&spec, &st, &world(500));
-    let disposed: Vec<String> = d
-        .actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Dispose { paths } => Some(paths.clone()),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let disposed = disposed(&d);
     // sp-0 is what the running job started from: never disposed.
     assert_eq!(disposed, vec!["sp-1", "sp-2"]);
     let kept: Vec<&str> = d
@@ -264,15 +268,7 @@ fn retention_keeps_the_history_within_its_share_of_the_object() {
     assert!(stored <= HISTORY_BUDGET_BYTES, "{stored} bytes kept");
     assert!(kept.len() > 100, "only {} kept", kept.len());
     assert_eq!(kept.last(), st.savepoint_history.last(), "the newest stays");
-    let disposed: Vec<String> = d
-        .actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Dispose { paths } => Some(paths.clone()),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let disposed = disposed(&d);
     // the oldest ones, every one of them disposed, none kept as well
     let oldest: Vec<String> = st.savepoint_history[..200 - kept.len()]
         .iter()
