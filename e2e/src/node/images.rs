@@ -104,26 +104,25 @@ fn bundle(images: &[Indexed]) -> Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&files);
     std::fs::create_dir_all(&files).ctx(|| format!("create {}", files.display()))?;
     let mut manifest = Vec::new();
-    for i in images {
-        // an identical file of an earlier archive is the same layer or config: kept, not rewritten
+    for (n, i) in images.iter().enumerate() {
+        // One read of each archive. An identical file of an earlier archive is the same layer or
+        // config: kept, not rewritten. Its manifest.json comes out under a name of its own.
+        let own = format!("manifest-{n}.json");
         run_checked(
             Command::new("tar")
                 .arg("-xf")
                 .arg(&i.archive)
                 .arg("-C")
                 .arg(&files)
-                .args(["--skip-old-files", "--exclude=manifest.json"])
-                .args(["--exclude=repositories"]),
+                .args(["--skip-old-files", "--exclude=repositories"])
+                .arg(format!("--transform=s|^manifest\\.json$|{own}|")),
         )?;
-        let out = run_checked(
-            Command::new("tar")
-                .arg("-xOf")
-                .arg(&i.archive)
-                .arg("manifest.json"),
-        )?;
-        let entries: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
+        let text = std::fs::read(files.join(&own))
+            .ctx(|| format!("{}: manifest.json", i.archive.display()))?;
+        let entries: Vec<serde_json::Value> = serde_json::from_slice(&text)
             .map_err(|e| Error::Other(format!("{}: manifest.json: {e}", i.archive.display())))?;
         manifest.extend(entries);
+        std::fs::remove_file(files.join(&own)).ctx(|| format!("remove {own}"))?;
     }
     let text = serde_json::to_vec(&manifest)
         .map_err(|e| Error::Other(format!("bundle manifest.json: {e}")))?;
