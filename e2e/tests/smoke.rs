@@ -979,6 +979,39 @@ async fn namespaced_mode_watches_only_its_namespaces() {
             None,
         )
     };
+    // podTemplatePolicy=restricted hands a job only Secrets labelled for it: refused, naming the
+    // field, until someone who may write the Secret labels it; then it starts (the operator looks
+    // again every 30 s: it does not watch Secrets)
+    let refused = poll_until(
+        "the job refused: its store Secret is not labelled",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let out = get(
+                &watched_a,
+                "{.status.conditions[?(@.type=='SpecValid')].status} {.status.conditions[?(@.type=='SpecValid')].message}",
+            )?;
+            Ok(out.starts_with("False ").then_some(out))
+        },
+    )
+    .await
+    .expect("SpecValid=False");
+    assert!(
+        refused.contains("spec.storage.s3.credentialsSecret: Secret s3-credentials is not labelled streamjob.io/credentials=true"),
+        "{refused}"
+    );
+    env.kubectl_ok(
+        &[
+            "label",
+            "secret",
+            "s3-credentials",
+            "-n",
+            &watched_a,
+            "streamjob.io/credentials=true",
+        ],
+        None,
+    )
+    .expect("kubectl label secret");
     poll_until(
         "the job in a watched namespace Running with a checkpoint",
         Duration::from_secs(180),

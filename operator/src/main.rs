@@ -90,7 +90,8 @@ struct RunArgs {
     flink_checker_image: String,
     /// What spec.podTemplate may ask for: `any`, or `restricted` (no service account, Secret,
     /// host namespace, privileged container or volume beyond emptyDir, configMap, downwardAPI and
-    /// ephemeral; refused specs are reported as invalid).
+    /// ephemeral; Secrets named by spec.storage and Kafka sources labelled
+    /// streamjob.io/credentials=true; refused specs are reported as invalid).
     #[arg(long, value_enum, default_value = "any")]
     pod_template_policy: streamjob_operator::pod_template_policy::PodTemplatePolicy,
 }

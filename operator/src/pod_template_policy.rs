@@ -9,8 +9,10 @@
 //! privileged containers. A refused spec is reported like an invalid one (`SpecValid=False`,
 //! naming the field): nothing new is started, a job already running stays as it is.
 //!
-//! `spec.storage` still names the Secret with the store's credentials: that is the job's own
-//! access, which the operator passes to its pods as variables.
+//! `spec.storage` and Kafka sources name Secrets too, which the operator passes to its pods as
+//! variables. Under `restricted` such a Secret must carry the label [`CREDENTIALS_LABEL`]: whoever
+//! may label a Secret decides that StreamJobs may hand it to their pods, not whoever writes the
+//! StreamJob.
 
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, Volume};
 use streamjob_crds::v1alpha1::StreamJobSpec;
@@ -27,14 +29,32 @@ pub enum PodTemplatePolicy {
 }
 
 impl PodTemplatePolicy {
-    /// Why the policy refuses `spec`, naming each field; `None`: allowed.
-    pub fn refuses(self, spec: &StreamJobSpec) -> Option<String> {
+    /// Why the policy refuses `spec`, naming each field; `None`: allowed. `labelled` says whether
+    /// a Secret of the job's namespace carries [`CREDENTIALS_LABEL`] (`None`: no such Secret).
+    pub fn refuses(
+        self,
+        spec: &StreamJobSpec,
+        labelled: impl Fn(&str) -> Option<bool>,
+    ) -> Option<String> {
         if self == Self::Any {
             return None;
         }
         // a template that does not parse is refused by validation, naming the field
-        let template = spec.pod_template.as_ref()?.parse().ok()?;
-        let found = restricted_refusals(&template);
+        let template = spec.pod_template.as_ref().and_then(|t| t.parse().ok());
+        let mut found = template
+            .map(|t| restricted_refusals(&t))
+            .unwrap_or_default();
+        for (field, secret) in credential_secrets(spec) {
+            match labelled(&secret) {
+                Some(true) => {}
+                Some(false) => found.push(format!(
+                    "{field}: Secret {secret} is not labelled {CREDENTIALS_LABEL}=true"
+                )),
+                None => found.push(format!(
+                    "{field}: Secret {secret} not found (it needs the label {CREDENTIALS_LABEL}=true)"
+                )),
+            }
+        }
         (!found.is_empty()).then(|| {
             format!(
                 "the operator's pod template policy is restricted (podTemplatePolicy): {}",
@@ -42,6 +62,59 @@ impl PodTemplatePolicy {
             )
         })
     }
+}
+
+/// The label a Secret needs before a StreamJob may hand it to its pods under `restricted`.
+pub const CREDENTIALS_LABEL: &str = "streamjob.io/credentials";
+
+/// The Secrets `spec` hands to its pods as variables (store credentials, Kafka SASL and TLS),
+/// each with the field that names it, in the order of the spec.
+pub fn credential_secrets(spec: &StreamJobSpec) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(storage) = &spec.storage {
+        let s3 = storage
+            .s3
+            .as_ref()
+            .and_then(|s| s.credentials_secret.as_ref());
+        let gcs = storage
+            .gcs
+            .as_ref()
+            .and_then(|g| g.service_account_key_secret.as_ref());
+        let azure = storage
+            .azure
+            .as_ref()
+            .and_then(|a| a.credentials_secret.as_ref());
+        for (field, name) in [
+            ("s3.credentialsSecret", s3.map(|c| &c.name)),
+            ("gcs.serviceAccountKeySecret", gcs.map(|k| &k.name)),
+            ("azure.credentialsSecret", azure.map(|c| &c.name)),
+        ] {
+            if let Some(name) = name {
+                out.push((format!("spec.storage.{field}"), name.clone()));
+            }
+        }
+    }
+    for step in &spec.pipeline {
+        let security = step
+            .source
+            .as_ref()
+            .and_then(|s| s.kafka.as_ref())
+            .and_then(|k| k.security.as_ref());
+        let Some(security) = security else { continue };
+        let at = |what: &str| {
+            format!(
+                "spec.pipeline[uid={}].source.kafka.security.{what}",
+                step.uid
+            )
+        };
+        if let Some(sasl) = &security.sasl {
+            out.push((at("sasl.secretName"), sasl.secret_name.clone()));
+        }
+        if let Some(tls) = &security.tls {
+            out.push((at("tls.secretName"), tls.secret_name.clone()));
+        }
+    }
+    out
 }
 
 /// What `restricted` refuses in `template`, each naming its field.
@@ -205,8 +278,10 @@ mod tests {
             "initContainers": [{"name": "init", "envFrom": [{"secretRef": {"name": "x"}}]}]
         }});
         let spec = spec_with(t);
-        assert_eq!(PodTemplatePolicy::Any.refuses(&spec), None);
-        let why = PodTemplatePolicy::Restricted.refuses(&spec).unwrap();
+        assert_eq!(PodTemplatePolicy::Any.refuses(&spec, |_| None), None);
+        let why = PodTemplatePolicy::Restricted
+            .refuses(&spec, |_| None)
+            .unwrap();
         for field in [
             "spec.podTemplate.spec.serviceAccountName",
             "spec.podTemplate.spec.hostNetwork",
@@ -247,9 +322,66 @@ mod tests {
                 }]
             }
         }));
-        assert_eq!(PodTemplatePolicy::Restricted.refuses(&spec), None);
+        assert_eq!(PodTemplatePolicy::Restricted.refuses(&spec, |_| None), None);
         let mut bare = spec.clone();
         bare.pod_template = None;
-        assert_eq!(PodTemplatePolicy::Restricted.refuses(&bare), None);
+        assert_eq!(PodTemplatePolicy::Restricted.refuses(&bare, |_| None), None);
+    }
+
+    #[test]
+    fn restricted_hands_out_only_labelled_secrets() {
+        let yaml = r#"
+apiVersion: streamjob.io/v1alpha1
+kind: StreamJob
+metadata: {name: j}
+spec:
+  image: i
+  checkpoints: {dir: s3://b/ck}
+  storage:
+    s3: {credentialsSecret: {name: store}}
+    gcs: {serviceAccountKeySecret: {name: gcp}}
+  pipeline:
+    - uid: in
+      source:
+        kafka:
+          bootstrapServers: k:9092
+          topic: t
+          format: {jsonLines: {}}
+          schema: [{name: x, type: int64}]
+          security:
+            protocol: SASL_SSL
+            sasl: {mechanism: PLAIN, secretName: db-admin}
+            tls: {secretName: kafka-ca}
+    - {uid: out, print: {}}
+"#;
+        let spec = streamjob_crds::v1alpha1::StreamJob::from_yaml(yaml)
+            .unwrap()
+            .spec;
+        spec.validate().unwrap();
+        let names: Vec<_> = credential_secrets(&spec)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(names, ["store", "gcp", "db-admin", "kafka-ca"]);
+        // `any` looks at no Secret
+        assert_eq!(PodTemplatePolicy::Any.refuses(&spec, |_| None), None);
+        let labelled = |s: &str| match s {
+            "db-admin" => Some(false),
+            "gcp" => None,
+            _ => Some(true),
+        };
+        let why = PodTemplatePolicy::Restricted
+            .refuses(&spec, labelled)
+            .unwrap();
+        assert!(why.contains("spec.pipeline[uid=in].source.kafka.security.sasl.secretName: Secret db-admin is not labelled streamjob.io/credentials=true"), "{why}");
+        assert!(
+            why.contains("spec.storage.gcs.serviceAccountKeySecret: Secret gcp not found"),
+            "{why}"
+        );
+        assert!(!why.contains("store") && !why.contains("kafka-ca"), "{why}");
+        assert_eq!(
+            PodTemplatePolicy::Restricted.refuses(&spec, |_| Some(true)),
+            None
+        );
     }
 }

@@ -362,7 +362,7 @@ async fn reconcile_inner<E: Engine>(
     let mut observed = ctx.engine.observe(&scope).await?;
     // the times in status were written on the API server's clock, by this replica or another
     observed.now = ctx.clock.now();
-    observed.refused_by_settings = ctx.settings.pod_template_policy.refuses(&job.spec);
+    observed.refused_by_settings = credentials::refused_by_settings(ctx, job, ns).await?;
     let status = job.status.clone().unwrap_or_default();
 
     // ---- decide ----
@@ -522,6 +522,7 @@ fn action_name(a: &Action) -> &'static str {
 
 mod act;
 mod cleanup;
+mod credentials;
 pub mod fairness;
 mod token;
 
