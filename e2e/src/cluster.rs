@@ -24,6 +24,11 @@ pub struct ControlPlane {
     // Field order is drop order: stop clients before the apiserver, the apiserver before etcd.
     scheduler: ManagedProcess,
     controller_manager: ManagedProcess,
+    /// Program and arguments of the scheduler and the controller-manager, to start them again.
+    scheduler_cmd: (PathBuf, Vec<std::ffi::OsString>),
+    controller_manager_cmd: (PathBuf, Vec<std::ffi::OsString>),
+    /// How often [`ControlPlane::revive`] started one of them again.
+    revivals: u32,
     apiserver: ManagedProcess,
     apiserver_program: PathBuf,
     apiserver_args: Vec<std::ffi::OsString>,
@@ -217,6 +222,10 @@ impl ControlPlane {
             .arg(format!("--service-cluster-ip-range={SERVICE_CIDR}"))
             .arg("--profiling=false")
             .arg("--v=1");
+        let controller_manager_cmd = (
+            bins.kube_controller_manager.clone(),
+            cmd.get_args().map(Into::into).collect(),
+        );
         let controller_manager =
             ManagedProcess::spawn("kube-controller-manager", cmd, dir, watchdog)?;
 
@@ -232,6 +241,10 @@ impl ControlPlane {
             .arg("--leader-elect=false")
             .arg("--profiling=false")
             .arg("--v=1");
+        let scheduler_cmd = (
+            bins.kube_scheduler.clone(),
+            cmd.get_args().map(Into::into).collect(),
+        );
         let scheduler = ManagedProcess::spawn("kube-scheduler", cmd, dir, watchdog)?;
 
         let insecure = reqwest::Client::builder()
@@ -258,6 +271,9 @@ impl ControlPlane {
         Ok(Self {
             scheduler,
             controller_manager,
+            scheduler_cmd,
+            controller_manager_cmd,
+            revivals: 0,
             apiserver,
             apiserver_program: bins.kube_apiserver.clone(),
             apiserver_args,
@@ -320,6 +336,44 @@ impl ControlPlane {
         Ok(t0.elapsed())
     }
 
+    /// Starts the scheduler or the controller-manager again if it exited, as the kubelet does
+    /// for a static pod or systemd for a unit: kube-scheduler exits on purpose when it finds its
+    /// cache inconsistent ("Scheduler cache is corrupted"), which an API server restart can cause,
+    /// and a cluster then runs it again. Returns what was restarted and how it had exited.
+    pub fn revive(&mut self, watchdog: Option<&Watchdog>) -> Result<Vec<String>> {
+        let mut revived = Vec::new();
+        for which in [Component::Scheduler, Component::ControllerManager] {
+            let (process, (program, args)) = match which {
+                Component::Scheduler => (&mut self.scheduler, &self.scheduler_cmd),
+                Component::ControllerManager => {
+                    (&mut self.controller_manager, &self.controller_manager_cmd)
+                }
+            };
+            let Err(exited) = process.check_running() else {
+                continue;
+            };
+            process.stop();
+            self.revivals += 1;
+            let base = process
+                .name()
+                .split('.')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let mut cmd = Command::new(program);
+            cmd.args(args);
+            *process = ManagedProcess::spawn(
+                &format!("{base}.{}", self.revivals),
+                cmd,
+                &self.dir,
+                watchdog,
+            )?;
+            tracing::warn!(%exited, "control-plane process restarted");
+            revived.push(format!("{base} ({exited})"));
+        }
+        Ok(revived)
+    }
+
     /// Stops everything now (also done on drop).
     pub fn stop(&mut self) {
         self.scheduler.stop();
@@ -327,6 +381,13 @@ impl ControlPlane {
         self.apiserver.stop();
         self.etcd.stop();
     }
+}
+
+/// The control-plane processes [`ControlPlane::revive`] restarts.
+#[derive(Clone, Copy)]
+enum Component {
+    Scheduler,
+    ControllerManager,
 }
 
 /// Waits for the apiserver's `/readyz`.

@@ -469,6 +469,12 @@ impl TestEnv {
         self.plane.restart_apiserver(Some(&self._watchdog)).await
     }
 
+    /// Restarts the scheduler or controller-manager if it exited (see
+    /// [`ControlPlane::revive`]); returns what was restarted.
+    pub fn revive_control_plane(&mut self) -> Result<Vec<String>> {
+        self.plane.revive(Some(&self._watchdog))
+    }
+
     /// `(name, pid)` of every long-running process of the environment.
     pub fn pids(&self) -> Vec<(String, u32)> {
         let mut v: Vec<(String, u32)> = self

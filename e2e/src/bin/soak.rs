@@ -123,6 +123,8 @@ struct Soak {
     /// Image versions used so far (each bump takes the next).
     version: u32,
     t0: Instant,
+    /// Control-plane processes that exited and were started again (see [`Soak::supervise`]).
+    revived: Vec<String>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -181,6 +183,7 @@ async fn main() -> Result<()> {
         }
         // a random moment: the gap between faults is the schedule, not synchronisation
         tokio::time::sleep(Duration::from_millis(rng.random_range(500..2500))).await;
+        soak.supervise();
         let fault = pick(&mut rng);
         let at = Instant::now();
         match soak.inject(fault, &mut rng, committed).await {
@@ -246,6 +249,8 @@ async fn main() -> Result<()> {
         "JobFailed",
         "StandbyRestarted",
         "PodRecreated",
+        "PodFenced",
+        "PodsPending",
     ] {
         let n = soak.events(reason).await.unwrap_or(0);
         if reason == "UpgradeBlocked" {
@@ -253,6 +258,16 @@ async fn main() -> Result<()> {
         }
         let _ = writeln!(table, "| {reason} | {n} |");
     }
+    let _ = writeln!(
+        table,
+        "\ncontrol-plane processes that exited and were restarted: {}{}",
+        soak.revived.len(),
+        if soak.revived.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", soak.revived.join("; "))
+        }
+    );
     println!("{table}");
     let out = args
         .out
@@ -333,9 +348,25 @@ impl Soak {
             pods,
             version: 1,
             t0,
+            revived: Vec::new(),
         };
         soak.apply()?;
         Ok(soak)
+    }
+
+    /// What a cluster's supervisor does (the kubelet for static pods, systemd): a scheduler or
+    /// controller-manager that exited is started again. Called between faults and while
+    /// waiting; each restart is logged and counted in the report.
+    fn supervise(&mut self) {
+        match self.env.revive_control_plane() {
+            Ok(revived) => {
+                for what in revived {
+                    self.log(&format!("restarted {what}"));
+                    self.revived.push(what);
+                }
+            }
+            Err(e) => self.log(&format!("restarting the control plane failed: {e:#}")),
+        }
     }
 
     fn log(&self, what: &str) {
@@ -358,13 +389,14 @@ impl Soak {
     /// Polls the StreamJob until `done` holds (errors, as while the apiserver restarts, are
     /// remembered and reported at the deadline).
     async fn wait(
-        &self,
+        &mut self,
         what: &str,
         timeout: Duration,
         done: impl Fn(&DynamicObject) -> bool,
     ) -> Result<DynamicObject> {
         let deadline = Instant::now() + timeout;
         loop {
+            self.supervise();
             let last = match self.get().await {
                 Ok(o) if done(&o) => {
                     self.log(what);
@@ -380,14 +412,14 @@ impl Soak {
         }
     }
 
-    async fn running_with_checkpoint(&self) -> Result<DynamicObject> {
+    async fn running_with_checkpoint(&mut self) -> Result<DynamicObject> {
         self.wait("running with a checkpoint", Duration::from_secs(180), |o| {
             phase(o) == "Running" && status(o)["lastCheckpoint"]["id"].is_u64()
         })
         .await
     }
 
-    async fn wait_finished(&self, timeout: Duration) -> Result<DynamicObject> {
+    async fn wait_finished(&mut self, timeout: Duration) -> Result<DynamicObject> {
         self.wait("finished", timeout, |o| phase(o) == "Finished")
             .await
     }

@@ -148,6 +148,46 @@ impl Ctx<'_> {
         }
     }
 
+    /// Pods still Pending `readinessTimeout` after they were created: not scheduled (no node
+    /// fits, or no scheduler runs: the soak saw kube-scheduler exit after an API server restart
+    /// and a job's only pod wait 20 minutes, reported healthy) or not started by their node. A
+    /// replacement would wait the same, so they are named in Degraded (`PodsPending`) and a
+    /// warning event, with the scheduler's or the kubelet's reason when there is one.
+    pub(super) fn pending_pods(&mut self) {
+        let wait = Self::readiness_timeout(self.spec);
+        let now = self.obs.now;
+        let pending: Vec<String> = self
+            .obs
+            .pods
+            .iter()
+            .filter(|p| p.phase == PodPhase::Pending && !p.terminating)
+            .filter(|p| {
+                p.created
+                    .and_then(|c| (now - c).to_std().ok())
+                    .is_some_and(|age| age > wait)
+            })
+            .map(|p| match &p.message {
+                Some(why) => format!("{} ({})", p.name, short(why)),
+                None => p.name.clone(),
+            })
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        let msg = format!(
+            "{}: still Pending {wait:?} after they were created (not scheduled, or not started by their node)",
+            pending.join(", ")
+        );
+        self.note(true, "PodsPending", msg.clone());
+        // more precise than "no pod IP yet" or a crash loop's count; a reason of its own stays
+        let general = self.degraded.as_ref().is_none_or(|(reason, _)| {
+            ["PodTerminating", "CrashLooping", "PodMissing"].contains(&reason.as_str())
+        });
+        if general {
+            self.degraded = Some(("PodsPending".into(), msg));
+        }
+    }
+
     pub(super) fn gc(&mut self) {
         let stage = self.stage().ok().flatten();
         let mut keep_pods: BTreeSet<String> = BTreeSet::new();

@@ -6,6 +6,7 @@ impl Ctx<'_> {
     pub(super) fn finish(mut self) -> Decision {
         self.retention();
         self.stuck_pods();
+        self.pending_pods();
         self.gc();
         self.workers();
         self.assign_epochs();

@@ -322,3 +322,60 @@ flink:
     assert_eq!(degraded.reason, "PodsStuckTerminating");
     assert!(degraded.message.contains(OLD), "{}", degraded.message);
 }
+
+/// A pod nobody schedules or starts (no node fits, the scheduler is down) stays Pending. After
+/// `readinessTimeout` it is named in Degraded and a warning event with the scheduler's reason;
+/// before, the job is only not ready.
+#[test]
+fn pods_pending_past_the_readiness_timeout_are_reported() {
+    let spec = base_spec();
+    let wait = dur(
+        "readinessTimeout",
+        &spec.upgrade.readiness_timeout,
+        Duration::ZERO,
+    )
+    .as_secs();
+    let wait = i64::try_from(wait).unwrap();
+    let pending_world = |age: i64| {
+        let mut o = world(10_000);
+        o.pods[0].phase = PodPhase::Pending;
+        o.pods[0].ready = false;
+        o.pods[0].created = Some(t(10_000 - age));
+        o.pods[0].message = Some("0/1 nodes are available: 1 node(s) were unschedulable".into());
+        o.runtime.clear();
+        o
+    };
+    let degraded = |d: &Decision| {
+        d.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+            .unwrap()
+    };
+    let d = run(&spec, &running(), &pending_world(wait - 1));
+    assert_eq!(degraded(&d).0, "False", "{:?}", degraded(&d));
+    assert!(d.events.iter().all(|n| n.reason != "PodsPending"));
+    let d = run(&spec, &running(), &pending_world(wait + 1));
+    let (status, reason, message) = degraded(&d);
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "PodsPending"));
+    assert!(
+        message.contains(OLD) && message.contains("1 node(s) were unschedulable"),
+        "{message}"
+    );
+    assert!(
+        d.events
+            .iter()
+            .any(|n| n.warning && n.reason == "PodsPending" && n.message.contains(OLD)),
+        "{:?}",
+        d.events
+    );
+    // nothing is deleted or replaced for it: a new pod would wait the same
+    assert!(
+        !d.actions
+            .iter()
+            .any(|a| matches!(a, Action::Remove { .. } | Action::Deploy(_))),
+        "{:?}",
+        d.actions
+    );
+}

@@ -88,7 +88,15 @@ pub fn observe_pod(pod: &Pod) -> Option<PodObs> {
                     .and_then(|s| s.waiting.as_ref())
                     .and_then(|w| w.message.clone())
             })
-            .or_else(|| status.and_then(|s| s.message.clone())),
+            .or_else(|| status.and_then(|s| s.message.clone()))
+            // not scheduled: the scheduler's reason ("0/3 nodes are available: …")
+            .or_else(|| {
+                status
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+                    .filter(|c| c.status == "False")
+                    .and_then(|c| c.message.clone())
+            }),
         ip: status
             .and_then(|s| s.pod_ip.clone())
             .filter(|ip| !ip.is_empty()),
