@@ -12,6 +12,7 @@
 //! registers again and the coordinator restarts the job from its latest checkpoint.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, ContainerPort, EnvVar, Pod};
 use streamjob_crds::v1alpha1::StreamJobSpec;
@@ -47,6 +48,54 @@ pub struct CoordinatorObs {
     pub live: bool,
 }
 
+/// The shortest restart delay of the kubelet for which replacing the pod is quicker: a new pod
+/// is scheduled and started in a few seconds.
+pub const REPLACE_AFTER_BACK_OFF: Duration = Duration::from_secs(10);
+
+/// The pod's container was killed from outside (SIGKILL, exit 137, and not by the kernel's OOM
+/// killer) and the kubelet holds its restart in CrashLoopBackOff for at least
+/// [`REPLACE_AFTER_BACK_OFF`]. A real kubelet doubles that delay for every exit within ten
+/// minutes of the last, from 10 s to 5 min: a process killed a few times (a node agent, a
+/// person, a test) would leave the job's output stalled for minutes after the kill itself was
+/// over. Such a pod is replaced; the new one resumes from the latest checkpoint at once. An
+/// OOMKilled container keeps the kubelet's back-off: it would be killed again (Degraded says so).
+pub fn killed_and_held_back(pod: &Pod) -> bool {
+    let Some(c) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.name == CONTAINER)
+                .or_else(|| cs.first())
+        })
+    else {
+        return false;
+    };
+    let killed = c
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .is_some_and(|t| t.exit_code == 137 && t.reason.as_deref() != Some("OOMKilled"));
+    let held_back = c
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .filter(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+        .and_then(|w| back_off(w.message.as_deref()?))
+        .is_some_and(|delay| delay >= REPLACE_AFTER_BACK_OFF);
+    killed && held_back
+}
+
+/// The delay in the kubelet's message `back-off 40s restarting failed container=…` (`5m0s`).
+fn back_off(message: &str) -> Option<Duration> {
+    let delay = message
+        .strip_prefix("back-off ")?
+        .split_whitespace()
+        .next()?;
+    streamjob_crds::units::parse_duration("back-off", delay).ok()
+}
+
 /// A worker pod.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkerObs {
@@ -54,8 +103,9 @@ pub struct WorkerObs {
     pub coordinator: String,
     pub coordinator_uid: String,
     pub terminating: bool,
-    /// The pod ended (`Failed` or `Succeeded`: evicted, or a container that may not restart):
-    /// it is replaced.
+    /// The pod ended (`Failed` or `Succeeded`: evicted, or a container that may not restart), or
+    /// its killed container is held back by the kubelet ([`killed_and_held_back`]): it is
+    /// replaced.
     pub ended: bool,
 }
 
@@ -148,7 +198,7 @@ pub fn observe(pods: &[Pod]) -> (Vec<CoordinatorObs>, Vec<WorkerObs>) {
                 ended: matches!(
                     pod.status.as_ref().and_then(|s| s.phase.as_deref()),
                     Some("Failed") | Some("Succeeded")
-                ),
+                ) || killed_and_held_back(pod),
                 name,
                 coordinator: labels.get(LABEL_COORDINATOR).cloned().unwrap_or_default(),
                 coordinator_uid: pod
@@ -322,6 +372,42 @@ mod tests {
                 index: 0
             }]
         );
+    }
+
+    /// A container killed from outside and held back by the kubelet for 10 s or more: replace
+    /// the pod. A short back-off, an OOM kill or a crash of its own: leave it to the kubelet.
+    #[test]
+    fn a_killed_container_held_back_by_the_kubelet_is_replaced() {
+        let pod = |exit: i32, reason: &str, message: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "j-1-w0"},
+                "status": {"phase": "Running", "containerStatuses": [{
+                    "name": CONTAINER, "image": "i", "imageID": "", "ready": false,
+                    "restartCount": 3,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": message}},
+                    "lastState": {"terminated": {"exitCode": exit, "reason": reason}}
+                }]}
+            }))
+            .unwrap()
+        };
+        let kubelet = |delay: &str| {
+            format!("back-off {delay} restarting failed container=runtime pod=j-1-w0_ns(uid)")
+        };
+        assert!(killed_and_held_back(&pod(137, "Error", &kubelet("40s"))));
+        assert!(killed_and_held_back(&pod(137, "Error", &kubelet("5m0s"))));
+        assert!(killed_and_held_back(&pod(
+            137,
+            "Error",
+            "back-off 16s restarting failed container"
+        )));
+        assert!(!killed_and_held_back(&pod(137, "Error", &kubelet("5s"))));
+        assert!(!killed_and_held_back(&pod(
+            137,
+            "OOMKilled",
+            &kubelet("40s")
+        )));
+        assert!(!killed_and_held_back(&pod(1, "Error", &kubelet("40s"))));
+        assert!(!killed_and_held_back(&pod(137, "Error", "something else")));
     }
 
     #[test]

@@ -70,6 +70,21 @@ impl Ctx<'_> {
                 self.degraded = Some(("PodFailed".into(), msg));
                 self.requeue = FAST;
             }
+            // Killed from outside, and the kubelet's back-off (up to 5 min) would hold the job's
+            // output for longer than replacing the pod takes. Our runtime only: a Flink
+            // JobManager's pod is left to the kubelet and Flink's own recovery.
+            Some(p)
+                if p.killed_and_held_back
+                    && self.spec.engine == streamjob_crds::v1alpha1::EngineKind::Runtime =>
+            {
+                self.delete_pod(&active);
+                let msg = format!(
+                    "runtime pod {active} was killed and the kubelet holds its restart back; replacing it (it resumes from the latest checkpoint at once)"
+                );
+                self.note(true, "PodKilled", msg.clone());
+                self.degraded = Some(("PodKilled".into(), msg));
+                self.requeue = FAST;
+            }
             // Its container restarted with the epoch of the pod's arguments, older than the one a
             // warm start gave it (the old version of a rolled-back Shadow upgrade): it is fenced
             // for good and would crash-loop. Replace the pod: the new one resumes from the

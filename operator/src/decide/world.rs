@@ -75,6 +75,9 @@ pub struct PodObs {
     /// Termination message (or the log tail the controller could read instead).
     pub message: Option<String>,
     pub ip: Option<String>,
+    /// Its container was killed from outside and the kubelet holds its restart back for long
+    /// (`workers::killed_and_held_back`): replacing the pod is quicker.
+    pub killed_and_held_back: bool,
 }
 
 impl PodObs {
@@ -94,6 +97,7 @@ impl PodObs {
             last_exit_code: None,
             message: None,
             ip: None,
+            killed_and_held_back: false,
         }
     }
 

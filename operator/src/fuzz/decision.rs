@@ -321,6 +321,9 @@ fn pod() -> impl Strategy<Value = PodObs> {
                 p.ready = ready;
                 p.terminating = terminating;
                 p.restarts = restarts;
+                // a kill held back by the kubelet's back-off, whenever the draw allows one
+                p.killed_and_held_back =
+                    exit_code == Some(137) && waiting_reason.as_deref() == Some("CrashLoopBackOff");
                 p.waiting_reason = waiting_reason;
                 p.exit_code = exit_code;
                 p.message = message;

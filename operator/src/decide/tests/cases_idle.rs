@@ -159,6 +159,25 @@ pub(super) fn push(v: &mut Vec<Case>) {
         .conds(&["Degraded"])
         .event("PodFenced"),
     );
+    // killed from outside, the kubelet holding its restart back (up to 5 min on a real
+    // kubelet): replace it, the new pod resumes at once; the soak's stalls on the real node
+    let mut o = world(100);
+    o.pods[0].killed_and_held_back = true;
+    o.pods[0].waiting_reason = Some("CrashLoopBackOff".into());
+    o.pods[0].restarts = 4;
+    o.runtime.clear();
+    v.push(
+        Case::new(
+            "running, killed and held back by the kubelet: replace",
+            spec.clone(),
+            running(),
+            o,
+        )
+        .idle()
+        .acts(&["Remove:clicks-old"])
+        .conds(&["Degraded"])
+        .event("PodKilled"),
+    );
     // the same exit code long ago, the job running now: nothing to do
     let mut o = world(100);
     o.pods[0].last_exit_code = Some(exit::SUPERSEDED as i32);

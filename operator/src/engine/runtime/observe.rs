@@ -100,6 +100,7 @@ pub fn observe_pod(pod: &Pod) -> Option<PodObs> {
         ip: status
             .and_then(|s| s.pod_ip.clone())
             .filter(|ip| !ip.is_empty()),
+        killed_and_held_back: crate::workers::killed_and_held_back(pod),
     })
 }
 
