@@ -1,9 +1,10 @@
 //! A real Apache Kafka broker for tests: the jars `e2e/scripts/install.sh` fetched from Maven
 //! Central (`STREAMJOB_E2E_KAFKA_LIB`), run as one KRaft node (broker and controller) on
-//! loopback ports, with its data and log in the run folder. Besides the plain listener it has a
-//! SASL_PLAINTEXT listener with a PLAIN user and a SCRAM-SHA-256 user, and a SASL_SSL listener
-//! that also requires a client certificate (mutual TLS, PEM files from [`BrokerTls`]), for the
-//! security tests.
+//! loopback ports (the plain listener also on the real node's address inside its namespace),
+//! with its data and log in the run folder. Besides the plain listener it has a SASL_PLAINTEXT
+//! listener with a PLAIN user and a SCRAM-SHA-256 user, and a SASL_SSL listener that also
+//! requires a client certificate (mutual TLS, PEM files from [`BrokerTls`]), for the security
+//! tests.
 //!
 //! Helpers create topics, add partitions and produce records with rdkafka, the client the
 //! runtime uses.
@@ -154,8 +155,8 @@ impl Kafka {
             "process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller}
-listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},SASL_SSL://127.0.0.1:{tls_port},CONTROLLER://127.0.0.1:{controller}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},SASL_SSL://127.0.0.1:{tls_port}
+listeners=PLAINTEXT://{listen}:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},SASL_SSL://127.0.0.1:{tls_port},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://{host}:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},SASL_SSL://127.0.0.1:{tls_port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
@@ -184,6 +185,8 @@ listener.name.sasl_ssl.ssl.client.auth=required
             keystore = tls.server_keystore.display(),
             truststore = tls.ca.cert.display(),
             data = data.display(),
+            listen = crate::cluster::listen_address(),
+            host = crate::cluster::host_address(),
             pu = PLAIN_USER.0,
             pp = PLAIN_USER.1,
         );
@@ -213,7 +216,8 @@ listener.name.sasl_ssl.ssl.client.auth=required
                 process: Some(process),
                 dir: dir.to_path_buf(),
             }],
-            bootstrap: format!("127.0.0.1:{port}"),
+            // the plain listener: on the real node's address too, for its pods
+            bootstrap: format!("{}:{port}", crate::cluster::host_address()),
             sasl_bootstrap: format!("127.0.0.1:{sasl_port}"),
             tls_bootstrap: format!("127.0.0.1:{tls_port}"),
             tls,
@@ -463,58 +467,8 @@ listener.name.sasl_ssl.ssl.client.auth=required
     /// Writes `records` (partition, key, value) to `topic` and waits until every one is
     /// acknowledged; a record the broker did not take fails the call, naming its partition.
     pub fn produce(&self, topic: &str, records: &[(i32, String, Vec<u8>)]) -> Result<()> {
-        let producer: ThreadedProducer<Deliveries> = self
-            .client_config()
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set("linger.ms", "5")
-            .create_with_context(Deliveries::default())
-            .map_err(|e| Error::Other(format!("kafka producer: {e}")))?;
-        for (partition, key, value) in records {
-            let mut record = BaseRecord::to(topic)
-                .partition(*partition)
-                .key(key)
-                .payload(value);
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((e, r))
-                        if e.rdkafka_error_code()
-                            == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) =>
-                    {
-                        record = r;
-                        producer.poll(Duration::from_millis(10));
-                    }
-                    Err((e, _)) => return Err(Error::Other(format!("produce to {topic}: {e}"))),
-                }
-            }
-        }
-        producer
-            .flush(Duration::from_secs(60))
-            .map_err(|e| Error::Other(format!("flush to {topic}: {e}")))?;
-        if producer.in_flight_count() > 0 {
-            return Err(Error::Other(format!(
-                "{} records to {topic} not acknowledged",
-                producer.in_flight_count()
-            )));
-        }
-        let ctx = producer.context();
-        let failed = ctx.failed.lock().map(|f| f.clone()).unwrap_or_default();
-        if let Some((partition, e)) = failed.first() {
-            return Err(Error::Other(format!(
-                "{} of {} records to {topic} were not written; the first, to partition {partition}: {e}",
-                failed.len(),
-                records.len()
-            )));
-        }
-        let delivered = ctx.delivered.load(std::sync::atomic::Ordering::SeqCst);
-        if delivered != records.len() {
-            return Err(Error::Other(format!(
-                "{delivered} of {} records to {topic} acknowledged",
-                records.len()
-            )));
-        }
-        Ok(())
+        let records = records.iter().map(|(p, k, v)| (*p, k.clone(), v.clone()));
+        produce_to(&self.bootstrap, topic, records, None).map(|_| ())
     }
 
     /// The process id of node 1 (0 while it is down).
@@ -543,6 +497,78 @@ pub(crate) fn cluster_id(v: u128) -> String {
         }
     }
     out
+}
+
+/// Writes `records` (partition, key, value) to `topic` on the broker at `bootstrap`, idempotent
+/// with `acks=all` (a retry across a broker restart writes nothing twice), at most `per_second`
+/// records a second when given (pacing a feed, not synchronisation), and waits until every one is
+/// acknowledged. Returns how many were written; a record the broker did not take fails the call,
+/// naming its partition.
+pub fn produce_to(
+    bootstrap: &str,
+    topic: &str,
+    records: impl Iterator<Item = (i32, String, Vec<u8>)>,
+    per_second: Option<u64>,
+) -> Result<usize> {
+    let producer: ThreadedProducer<Deliveries> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create_with_context(Deliveries::default())
+        .map_err(|e| Error::Other(format!("kafka producer: {e}")))?;
+    let t0 = Instant::now();
+    let mut sent = 0usize;
+    for (partition, key, value) in records {
+        let mut record = BaseRecord::to(topic)
+            .partition(partition)
+            .key(&key)
+            .payload(&value);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((e, r))
+                    if e.rdkafka_error_code()
+                        == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) =>
+                {
+                    record = r;
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => return Err(Error::Other(format!("produce to {topic}: {e}"))),
+            }
+        }
+        sent += 1;
+        if let Some(rate) = per_second.filter(|r| *r > 0) {
+            let due = Duration::from_millis(sent as u64 * 1000 / rate);
+            if let Some(wait) = due.checked_sub(t0.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    producer
+        .flush(Duration::from_secs(120))
+        .map_err(|e| Error::Other(format!("flush to {topic}: {e}")))?;
+    if producer.in_flight_count() > 0 {
+        return Err(Error::Other(format!(
+            "{} records to {topic} not acknowledged",
+            producer.in_flight_count()
+        )));
+    }
+    let ctx = producer.context();
+    let failed = ctx.failed.lock().map(|f| f.clone()).unwrap_or_default();
+    if let Some((partition, e)) = failed.first() {
+        return Err(Error::Other(format!(
+            "{} of {sent} records to {topic} were not written; the first, to partition {partition}: {e}",
+            failed.len(),
+        )));
+    }
+    let delivered = ctx.delivered.load(std::sync::atomic::Ordering::SeqCst);
+    if delivered != sent {
+        return Err(Error::Other(format!(
+            "{delivered} of {sent} records to {topic} acknowledged"
+        )));
+    }
+    Ok(sent)
 }
 
 #[cfg(test)]

@@ -39,9 +39,10 @@ pub struct FaultProxy {
 }
 
 impl FaultProxy {
-    /// Listens on a free loopback port and pipes every connection to `upstream`.
+    /// Listens on a free port of `upstream`'s address (loopback, or the real node's address that
+    /// its pods reach) and pipes every connection to `upstream`.
     pub fn start(upstream: SocketAddr) -> Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0")
+        let listener = TcpListener::bind((upstream.ip(), 0))
             .map_err(|e| Error::Other(format!("fault proxy: bind: {e}")))?;
         let addr = listener
             .local_addr()

@@ -23,7 +23,8 @@ commands:
   install    build the pinned Kubernetes, etcd, Helm and MinIO binaries into the cache
   images     build every container image offline (e2e/scripts/build-images.sh)
   soak       a StreamJob under >= 200 random faults, checked exactly-once
-             (--quick: 16 faults; --faults N, --seed S)
+             (--quick: 16 faults; --faults N, --seed S; --real-node: on containerd;
+             --kafka: input from a Kafka topic, broker restarts among the faults)
   bench      benchmarks (add --quick for a short run)
   fuzz       the property tests of every parser fed from outside, each run as a fuzz target
              for a bounded time (--seconds N per target, default 60)
@@ -644,7 +645,14 @@ fn test(suite: Suite) -> Result<(), String> {
 fn soak(args: &[String]) -> Result<(), String> {
     install()?;
     build_all()?;
-    run(built_binary("soak").args(args))
+    let mut soak = built_binary("soak");
+    soak.args(args);
+    if args.iter().any(|a| a == "--real-node") {
+        // the runtime and operator images, then the soak inside the node's namespaces
+        images()?;
+        return run(&mut in_node_namespace(&soak));
+    }
+    run(&mut soak)
 }
 
 /// The engine's own Nexmark benchmark, the file sink benchmark (per format, local disk and

@@ -21,6 +21,14 @@
 //! and wrong, the longest output stall (wall time without newly committed windows), and the five
 //! longest stalls with the faults in each and the recovery their own durations do not explain;
 //! writes the table to `target/soak/soak.txt`; exits non-zero unless the output is exactly once.
+//!
+//! `--real-node` runs it all on the real node instead (containerd and the kubelet, the
+//! operator and the job from their images; `cargo xtask soak --real-node`): kills and pauses hit
+//! the containers' processes, a bump tags the runtime image anew in the node's containerd, and
+//! restarts go through the real kubelet's CrashLoopBackOff. `--kafka` feeds the job from a
+//! Kafka topic instead of the generator (a producer of the soak writes the generator's records
+//! at its rate) and adds broker restarts (SIGKILL, then the same data and ports) to the faults;
+//! the job then never finishes, and the soak waits for every window of the input instead.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -38,10 +46,17 @@ use nix::unistd::Pid;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use streamjob_e2e::fixtures::{EnvOptions, TestEnv, repo_root};
+use streamjob_e2e::kafka::{Kafka, produce_to};
+use streamjob_e2e::node::images;
+use streamjob_e2e::process::Watchdog;
 use streamjob_e2e::proxy::FaultProxy;
 use streamjob_e2e::scenario::{
-    self, Job, OutputTracker, SECRET, START_MS, container_pid, phase, sj_api, status,
+    self, Job, KafkaInput, OutputTracker, SECRET, START_MS, WINDOW_MS, container_pid,
+    generator_json, generator_ts, phase, sj_api, status,
 };
+
+/// The key of the records that close the last windows of a Kafka input (not input themselves).
+const FLUSH_KEY: &str = "flush";
 
 const RATE: u64 = 1000;
 
@@ -60,6 +75,15 @@ struct Args {
     /// Where to write the table (default `target/soak/soak.txt`).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// On the real node (containerd, runc, the kubelet; the project's images) instead of the
+    /// process kubelet. Only inside `e2e/scripts/node-netns.sh` (`cargo xtask soak --real-node`
+    /// does both, with the images built first).
+    #[arg(long)]
+    real_node: bool,
+    /// Read the input from a Kafka topic (2 partitions, fed at 1,000 records/s by a producer of
+    /// the soak) instead of the generator, and restart the broker among the faults.
+    #[arg(long)]
+    kafka: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -73,6 +97,8 @@ enum Fault {
     StoreOutage,
     StoreSlowdown,
     ApiServerRestart,
+    /// The Kafka broker SIGKILLed and started again (`--kafka` only).
+    KafkaRestart,
     /// Not drawn: the good spec applied when the faults are done (an upgrade, if the last one
     /// applied was another), kept in the timeline because it can stall the output too.
     FinalGoodSpec,
@@ -100,10 +126,15 @@ const KINDS: [(Fault, u32); 9] = [
     (Fault::ApiServerRestart, 1),
 ];
 
-fn pick(rng: &mut StdRng) -> Fault {
-    let total: u32 = KINDS.iter().map(|(_, w)| w).sum();
+/// A fault kind at random, by weight; broker restarts only with a Kafka input.
+fn pick(rng: &mut StdRng, kafka: bool) -> Fault {
+    let kinds: Vec<(Fault, u32)> = KINDS
+        .into_iter()
+        .chain(kafka.then_some((Fault::KafkaRestart, 2)))
+        .collect();
+    let total: u32 = kinds.iter().map(|(_, w)| w).sum();
     let mut n = rng.random_range(0..total);
-    for (kind, w) in KINDS {
+    for (kind, w) in kinds {
         if n < w {
             return kind;
         }
@@ -125,7 +156,21 @@ struct Soak {
     t0: Instant,
     /// Control-plane processes that exited and were started again (see [`Soak::supervise`]).
     revived: Vec<String>,
+    /// The Kafka input (`--kafka`).
+    feed: Option<Feed>,
 }
+
+/// The Kafka input of `--kafka`: the broker and the producer feeding its topic with the
+/// generator's records (so the expected aggregates are the generator job's).
+struct Feed {
+    broker: Kafka,
+    /// Kills the broker if the soak dies (dropped after it).
+    watchdog: Watchdog,
+    /// Records written, once everything is produced.
+    producer: Option<std::thread::JoinHandle<streamjob_e2e::error::Result<usize>>>,
+}
+
+const TOPIC: &str = "soak-in";
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
@@ -141,7 +186,7 @@ async fn main() -> Result<()> {
     let seed = args.seed.unwrap_or_else(rand::random);
     let mut rng = StdRng::seed_from_u64(seed);
     let t0 = Instant::now();
-    let mut soak = Soak::start(wanted, t0).await?;
+    let mut soak = Soak::start(wanted, t0, args.real_node, args.kafka).await?;
     soak.log(&format!(
         "seed {seed}: {wanted} faults, {} records",
         soak.job.count
@@ -184,7 +229,7 @@ async fn main() -> Result<()> {
         // a random moment: the gap between faults is the schedule, not synchronisation
         tokio::time::sleep(Duration::from_millis(rng.random_range(500..2500))).await;
         soak.supervise();
-        let fault = pick(&mut rng);
+        let fault = pick(&mut rng, args.kafka);
         let at = Instant::now();
         match soak.inject(fault, &mut rng, committed).await {
             Ok(Some(lasted)) => {
@@ -212,9 +257,19 @@ async fn main() -> Result<()> {
     });
     soak.apply()?;
     soak.log("faults done; the last spec applied is a good one");
-    let finished = soak
-        .wait_finished(Duration::from_secs(if args.quick { 400 } else { 1800 }))
-        .await;
+    let want = soak.job.expected();
+    let end_timeout = Duration::from_secs(if args.quick { 400 } else { 1800 });
+    let finished = if args.kafka {
+        let last_end = want
+            .keys()
+            .map(|(_, start)| start + WINDOW_MS)
+            .max()
+            .unwrap_or(0);
+        soak.wait_fed_and_committed(end_timeout, last_end, &tracker)
+            .await
+    } else {
+        soak.wait_finished(end_timeout).await.map(|_| ())
+    };
     sampler.abort();
     let finished_at = Instant::now();
     let mut t = tracker.lock().await;
@@ -222,10 +277,25 @@ async fn main() -> Result<()> {
         .await?;
     let stall = t.max_gap(t0, finished_at);
     let stalls = blame(&t.gaps(t0, finished_at), &timeline);
-    let got = scenario::read_output(&soak.env, &soak.job.bucket, &soak.job.name).await?;
-    let want = soak.job.expected();
+    let mut got = scenario::read_output(&soak.env, &soak.job.bucket, &soak.job.name).await?;
+    // the records that closed the last windows are not input
+    got.retain(|(key, _), _| key != FLUSH_KEY);
     let report = Report::new(&want, &got);
+    let setting = format!(
+        "{}, {}",
+        if args.real_node {
+            "real node (containerd, the kubelet, the project's images)"
+        } else {
+            "process kubelet"
+        },
+        if args.kafka {
+            "input from a Kafka topic (2 partitions)"
+        } else {
+            "input from the generator"
+        }
+    );
     let table = render(
+        &setting,
         seed,
         &injected,
         skipped,
@@ -302,22 +372,25 @@ async fn main() -> Result<()> {
 }
 
 impl Soak {
-    async fn start(wanted: usize, t0: Instant) -> Result<Self> {
+    async fn start(wanted: usize, t0: Instant, real_node: bool, kafka: bool) -> Result<Self> {
         let exe = std::env::current_exe().context("current_exe")?;
         let dir = exe.parent().context("exe has no folder")?;
-        let opts = EnvOptions::new(
+        let mut opts = EnvOptions::new(
             &dir.join("process-kubelet").display().to_string(),
             &dir.join("e2e-echo-server").display().to_string(),
         );
+        let mut chart = vec!["logFormat=text".to_string(), "logLevel=info".to_string()];
+        if real_node {
+            opts.real_node_images = Some(images::archives()?);
+            chart.extend([
+                format!("image.repository={}", images::OPERATOR.0),
+                format!("image.tag={}", images::OPERATOR.1),
+            ]);
+        }
         let env = TestEnv::start(opts).await?;
         let op_ns = env.namespace("operator").await?;
-        scenario::install_operator(
-            &env,
-            &op_ns,
-            &["logFormat=text", "logLevel=info"],
-            Duration::from_secs(120),
-        )
-        .await?;
+        let chart: Vec<&str> = chart.iter().map(String::as_str).collect();
+        scenario::install_operator(&env, &op_ns, &chart, Duration::from_secs(120)).await?;
         let ns = env.namespace("soak").await?;
         let bucket = format!("b-{}", ns.trim_start_matches("soak-"));
         env.bucket_with_secret(&ns, &bucket, SECRET).await?;
@@ -329,6 +402,9 @@ impl Soak {
             .with_context(|| format!("MinIO address {}", env.s3().url))?;
         let proxy = FaultProxy::start(upstream)?;
         let mut job = Job::new("soak", &ns, &bucket);
+        if real_node {
+            job.image = format!("{}:{}", images::RUNTIME.0, images::RUNTIME.1);
+        }
         job.parallelism = 2;
         job.workers = 2;
         job.keys = 20;
@@ -336,10 +412,29 @@ impl Soak {
         // about 6 s of input per fault (a fault takes 3–4 s on average, an apiserver restart
         // about 10): the faults end before the input does
         job.count = RATE * 6 * wanted as u64 + 30 * RATE;
+        let feed = if kafka {
+            let dir = env.run_dir.join("kafka");
+            std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+            let watchdog = Watchdog::start(&dir)?;
+            let broker = Kafka::start(&dir, Some(&watchdog))?;
+            broker.create_topic(TOPIC, 2)?;
+            job.kafka = Some(KafkaInput {
+                bootstrap: broker.bootstrap.clone(),
+                topic: TOPIC.into(),
+                bounded: false,
+            });
+            Some(Feed {
+                broker,
+                watchdog,
+                producer: None,
+            })
+        } else {
+            None
+        };
         let client = env.client().await?;
         let api = sj_api(client.clone(), &ns);
         let pods = Api::namespaced(client, &ns);
-        let soak = Self {
+        let mut soak = Self {
             env,
             proxy,
             op_ns,
@@ -349,9 +444,68 @@ impl Soak {
             version: 1,
             t0,
             revived: Vec::new(),
+            feed,
         };
         soak.apply()?;
+        soak.start_feed();
         Ok(soak)
+    }
+
+    /// `--kafka`: a producer writes the generator's records to the topic in id order, round
+    /// robin over its 2 partitions, at the generator's rate, while the job reads them.
+    fn start_feed(&mut self) {
+        let Some(feed) = &mut self.feed else { return };
+        let bootstrap = feed.broker.bootstrap.clone();
+        let (seed, keys, count) = (self.job.seed, self.job.keys, self.job.count);
+        feed.producer = Some(std::thread::spawn(move || {
+            let records = (0..count).map(move |id| {
+                let partition = i32::from(id % 2 == 1);
+                let value = generator_json(seed, keys, id).into_bytes();
+                (partition, format!("k{id}"), value)
+            });
+            produce_to(&bootstrap, TOPIC, records, Some(RATE))
+        }));
+    }
+
+    /// `--kafka`: the input never ends, so the job never finishes. Once every record is
+    /// produced, one record an hour ahead in event time per partition closes every window;
+    /// then every window of the input must be committed (`want`'s last end in the output).
+    async fn wait_fed_and_committed(
+        &mut self,
+        timeout: Duration,
+        last_end: i64,
+        tracker: &tokio::sync::Mutex<OutputTracker>,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        if let Some(feed) = &mut self.feed
+            && let Some(producer) = feed.producer.take()
+        {
+            let written = tokio::task::block_in_place(|| producer.join())
+                .map_err(|_| anyhow!("the producer panicked"))??;
+            let flush = (0..2).map(|partition| {
+                let ts = generator_ts(self.job.count) + 3_600_000;
+                let value = format!(r#"{{"id":-1,"key":"{FLUSH_KEY}","value":0,"ts":{ts}}}"#);
+                (partition, FLUSH_KEY.to_string(), value.into_bytes())
+            });
+            feed.broker.produce(TOPIC, &flush.collect::<Vec<_>>())?;
+            self.log(&format!(
+                "all {written} records produced; every window closed"
+            ));
+        }
+        loop {
+            self.supervise();
+            let end = tracker.lock().await.max_end;
+            if end.is_some_and(|e| e >= last_end) {
+                self.log("every window of the input committed");
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the input's last window (ending {last_end}) not committed after {timeout:?}; committed up to {end:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     /// What a cluster's supervisor does (the kubelet for static pods, systemd): a scheduler or
@@ -424,6 +578,40 @@ impl Soak {
             .await
     }
 
+    /// The process of a pod's first container: the process kubelet's child, or on the real node
+    /// the first process of the container's cgroup.
+    fn pid_of(&self, pod: &Pod) -> Option<u32> {
+        match &self.env.real_node {
+            None => container_pid(pod),
+            Some(node) => {
+                let id = pod
+                    .status
+                    .as_ref()?
+                    .container_statuses
+                    .as_ref()?
+                    .first()?
+                    .container_id
+                    .clone()?;
+                node.container_pid(id.strip_prefix("containerd://")?)
+            }
+        }
+    }
+
+    /// A new image tag for the next version: any tag on the process kubelet; on the real node,
+    /// the runtime image tagged again in the node's containerd (`ctr images tag`), so the kubelet
+    /// finds it without a registry.
+    fn next_image(&mut self) -> Result<String> {
+        self.version += 1;
+        let Some(node) = &self.env.real_node else {
+            return Ok(format!("streamjob/runtime:v{}", self.version));
+        };
+        let image = format!("{}:v{}", images::RUNTIME.0, self.version);
+        let full = |i: &str| format!("docker.io/{i}");
+        let source = full(&format!("{}:{}", images::RUNTIME.0, images::RUNTIME.1));
+        node.ctr(&["images", "tag", "--force", &source, &full(&image)], None)?;
+        Ok(image)
+    }
+
     /// Pods of the job with `role`, not terminating, with a running process.
     async fn pids(&self, role: &str) -> Result<Vec<(String, u32)>> {
         let lp = ListParams::default().labels(&format!(
@@ -437,7 +625,7 @@ impl Soak {
             .items
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter_map(|p| Some((p.metadata.name.clone()?, container_pid(&p)?)))
+            .filter_map(|p| Some((p.metadata.name.clone()?, self.pid_of(&p)?)))
             // a container that restarted moments ago still shows its old pid: not applicable now
             .filter(|(_, pid)| scenario::pid_alive(*pid))
             .collect())
@@ -464,7 +652,7 @@ impl Soak {
             .items
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .find_map(|p| Some((p.metadata.name.clone()?, container_pid(&p)?)))
+            .find_map(|p| Some((p.metadata.name.clone()?, self.pid_of(&p)?)))
             .filter(|(_, pid)| scenario::pid_alive(*pid)))
     }
 
@@ -541,8 +729,7 @@ impl Soak {
                 if self.upgrading().await? {
                     return Ok(None);
                 }
-                self.version += 1;
-                self.job.image = format!("streamjob/runtime:v{}", self.version);
+                self.job.image = self.next_image()?;
                 self.job.strategy = if self.version.is_multiple_of(2) {
                     "Shadow"
                 } else {
@@ -599,6 +786,16 @@ impl Soak {
                 tokio::time::sleep(lasting).await;
                 self.proxy.set_delay(Duration::ZERO);
                 self.log(&format!("{fault:?}: {delay:?} per chunk for {lasting:?}"));
+            }
+            Fault::KafkaRestart => {
+                let Some(feed) = &mut self.feed else {
+                    return Ok(None);
+                };
+                let away = tokio::task::block_in_place(|| {
+                    feed.broker.crash_and_restart(Some(&feed.watchdog))
+                })?;
+                lasted = away;
+                self.log(&format!("{fault:?}: away {away:?}"));
             }
             Fault::FinalGoodSpec => return Ok(None),
         }
@@ -743,6 +940,7 @@ fn render_stalls(stalls: &[Stall], t0: Instant) -> String {
 
 #[allow(clippy::too_many_arguments)]
 fn render(
+    setting: &str,
     seed: u64,
     injected: &BTreeMap<Fault, usize>,
     skipped: usize,
@@ -753,7 +951,7 @@ fn render(
     total: Duration,
 ) -> String {
     let mut t = String::new();
-    let _ = writeln!(t, "## Soak (seed {seed})\n");
+    let _ = writeln!(t, "## Soak (seed {seed}; {setting})\n");
     let _ = writeln!(t, "| fault | injected |\n|---|---:|");
     for (kind, n) in injected {
         let _ = writeln!(t, "| {kind:?} | {n} |");
