@@ -320,6 +320,7 @@ async fn main() -> Result<()> {
         "StandbyRestarted",
         "PodRecreated",
         "PodFenced",
+        "PodKilled",
         "PodsPending",
     ] {
         let n = soak.events(reason).await.unwrap_or(0);
@@ -356,6 +357,14 @@ async fn main() -> Result<()> {
     }
     if !report.exactly_once() {
         bail!("not exactly once: {report:?}");
+    }
+    if let Some(worst) = stalls.iter().find(|s| s.quiet > QUIET_BOUND) {
+        bail!(
+            "the output stalled {:.1} s with no fault in progress (stall from {:.1} s; bound {} s)",
+            worst.quiet.as_secs_f64(),
+            (worst.from - t0).as_secs_f64(),
+            QUIET_BOUND.as_secs()
+        );
     }
     if blocked > 0 {
         bail!(
@@ -866,7 +875,14 @@ struct Stall {
     /// From the end of the last of those faults to the output's next advance: the recovery the
     /// faults' own durations do not explain (the whole stall when no fault was in it).
     beyond: Duration,
+    /// The longest stretch of the stall with no fault in progress: the slowest recovery from
+    /// one fault before the next hit (faults every few seconds chain stalls far longer than any
+    /// one of them causes). The bound [`QUIET_BOUND`] applies to it.
+    quiet: Duration,
 }
+
+/// No fault may stop the output longer than this beyond its own duration (issue #38).
+const QUIET_BOUND: Duration = Duration::from_secs(30);
 
 /// The stalls (longest first) with the faults of `timeline` in each.
 fn blame(gaps: &[(Instant, Instant)], timeline: &[Injected]) -> Vec<Stall> {
@@ -882,11 +898,19 @@ fn blame(gaps: &[(Instant, Instant)], timeline: &[Injected]) -> Vec<Stall> {
                 .map(|f| (f.at + f.lasted).max(from))
                 .max()
                 .unwrap_or(from);
+            let mut quiet = Duration::ZERO;
+            let mut cursor = from;
+            for f in &faults {
+                quiet = quiet.max(f.at.max(from).saturating_duration_since(cursor));
+                cursor = cursor.max(f.at + f.lasted);
+            }
+            quiet = quiet.max(to.saturating_duration_since(cursor));
             Stall {
                 from,
                 to,
                 faults,
                 beyond: to.saturating_duration_since(quiet_from),
+                quiet,
             }
         })
         .collect()
@@ -895,7 +919,7 @@ fn blame(gaps: &[(Instant, Instant)], timeline: &[Injected]) -> Vec<Stall> {
 /// The five longest stalls, and the longest recovery beyond the faults' own durations.
 fn render_stalls(stalls: &[Stall], t0: Instant) -> String {
     let mut t = String::from(
-        "| output stall | from (s) | faults in it (s after start, own duration) | beyond the faults |\n|---:|---:|---|---:|\n",
+        "| output stall | from (s) | faults in it (s after start, own duration) | beyond the faults | longest with no fault in progress |\n|---:|---:|---|---:|---:|\n",
     );
     for s in stalls.iter().take(5) {
         let faults: Vec<String> = s
@@ -912,7 +936,7 @@ fn render_stalls(stalls: &[Stall], t0: Instant) -> String {
             .collect();
         let _ = writeln!(
             t,
-            "| {:.1} s | {:.1} | {} | {:.1} s |",
+            "| {:.1} s | {:.1} | {} | {:.1} s | {:.1} s |",
             (s.to - s.from).as_secs_f64(),
             (s.from - t0).as_secs_f64(),
             if faults.is_empty() {
@@ -920,7 +944,8 @@ fn render_stalls(stalls: &[Stall], t0: Instant) -> String {
             } else {
                 faults.join(", ")
             },
-            s.beyond.as_secs_f64()
+            s.beyond.as_secs_f64(),
+            s.quiet.as_secs_f64()
         );
     }
     if let Some(worst) = stalls.iter().max_by_key(|s| s.beyond) {
@@ -933,6 +958,15 @@ fn render_stalls(stalls: &[Stall], t0: Instant) -> String {
             "\nlongest recovery beyond the faults' own durations: {:.1} s (stall from {:.1} s, first fault {cause})",
             worst.beyond.as_secs_f64(),
             (worst.from - t0).as_secs_f64()
+        );
+    }
+    if let Some(worst) = stalls.iter().max_by_key(|s| s.quiet) {
+        let _ = writeln!(
+            t,
+            "longest output stall with no fault in progress: {:.1} s (stall from {:.1} s; bound {} s)",
+            worst.quiet.as_secs_f64(),
+            (worst.from - t0).as_secs_f64(),
+            QUIET_BOUND.as_secs()
         );
     }
     t
@@ -1027,10 +1061,43 @@ mod tests {
         // no fault in it: the whole stall is unexplained
         assert!(stalls[1].faults.is_empty());
         assert_eq!(stalls[1].beyond, Duration::from_secs(2));
+        assert_eq!(stalls[0].quiet, Duration::from_secs(15));
+        assert_eq!(stalls[1].quiet, Duration::from_secs(2));
         let table = render_stalls(&stalls, t0);
         assert!(
             table.contains("longest recovery beyond the faults' own durations: 15.0 s"),
             "{table}"
         );
+        assert!(
+            table.contains("longest output stall with no fault in progress: 15.0 s"),
+            "{table}"
+        );
+        // a quiet stretch between two faults counts as much as the one after the last
+        let chained = blame(
+            &[(s(19.0), s(60.0))],
+            &[
+                timeline[1],
+                Injected {
+                    at: s(40.0),
+                    fault: Fault::StoreOutage,
+                    lasted: Duration::from_secs(5),
+                },
+            ],
+        );
+        assert_eq!(chained[0].beyond, Duration::from_secs(15));
+        assert_eq!(chained[0].quiet, Duration::from_secs(15));
+        let chained = blame(
+            &[(s(19.0), s(50.0))],
+            &[
+                timeline[1],
+                Injected {
+                    at: s(40.0),
+                    fault: Fault::StoreOutage,
+                    lasted: Duration::from_secs(5),
+                },
+            ],
+        );
+        assert_eq!(chained[0].beyond, Duration::from_secs(5));
+        assert_eq!(chained[0].quiet, Duration::from_secs(15));
     }
 }
