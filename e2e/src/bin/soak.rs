@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Parser;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::Api;
 use kube::api::{DynamicObject, ListParams};
@@ -171,6 +172,9 @@ struct Feed {
 }
 
 const TOPIC: &str = "soak-in";
+
+/// The chart's leader-election Lease (the operator's `--lease-name` default).
+const LEASE: &str = "streamjob-operator";
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
@@ -394,6 +398,10 @@ impl Soak {
             chart.extend([
                 format!("image.repository={}", images::OPERATOR.0),
                 format!("image.tag={}", images::OPERATOR.1),
+                // a real kubelet holds a container killed again and again for up to 5 min: a
+                // single replica killed by the soak every few minutes was away 88 s at a time
+                // (seed 20261204); as on a cluster that must survive that, a standby takes over
+                "replicaCount=2".to_string(),
             ]);
         }
         let env = TestEnv::start(opts).await?;
@@ -653,16 +661,27 @@ impl Soak {
             .find(|(n, _)| Some(n) == workload.as_ref()))
     }
 
+    /// The operator replica to kill: the Lease's holder (the leader) when there are two, else the
+    /// only one.
     async fn operator_pid(&self) -> Result<Option<(String, u32)>> {
-        let pods: Api<Pod> = Api::namespaced(self.env.client().await?, &self.op_ns);
-        Ok(pods
+        let client = self.env.client().await?;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &self.op_ns);
+        let leader = leases
+            .get_opt(LEASE)
+            .await?
+            .and_then(|l| l.spec?.holder_identity);
+        let pods: Api<Pod> = Api::namespaced(client, &self.op_ns);
+        let mut live: Vec<(String, u32)> = pods
             .list(&ListParams::default())
             .await?
             .items
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .find_map(|p| Some((p.metadata.name.clone()?, self.pid_of(&p)?)))
-            .filter(|(_, pid)| scenario::pid_alive(*pid)))
+            .filter_map(|p| Some((p.metadata.name.clone()?, self.pid_of(&p)?)))
+            .filter(|(_, pid)| scenario::pid_alive(*pid))
+            .collect();
+        live.sort_by_key(|(name, _)| Some(name) != leader.as_ref());
+        Ok(live.into_iter().next())
     }
 
     /// Whether an upgrade, rollback or resume is in flight (one that ended — rolled back,
