@@ -1092,31 +1092,18 @@ mod tests {
             "{table}"
         );
         // a quiet stretch between two faults counts as much as the one after the last
-        let chained = blame(
-            &[(s(19.0), s(60.0))],
-            &[
-                timeline[1],
-                Injected {
-                    at: s(40.0),
-                    fault: Fault::StoreOutage,
-                    lasted: Duration::from_secs(5),
-                },
-            ],
-        );
-        assert_eq!(chained[0].beyond, Duration::from_secs(15));
-        assert_eq!(chained[0].quiet, Duration::from_secs(15));
-        let chained = blame(
-            &[(s(19.0), s(50.0))],
-            &[
-                timeline[1],
-                Injected {
-                    at: s(40.0),
-                    fault: Fault::StoreOutage,
-                    lasted: Duration::from_secs(5),
-                },
-            ],
-        );
-        assert_eq!(chained[0].beyond, Duration::from_secs(5));
-        assert_eq!(chained[0].quiet, Duration::from_secs(15));
+        let outages = [
+            timeline[1],
+            Injected {
+                at: s(40.0),
+                fault: Fault::StoreOutage,
+                lasted: Duration::from_secs(5),
+            },
+        ];
+        for (to, beyond) in [(60.0, 15), (50.0, 5)] {
+            let chained = blame(&[(s(19.0), s(to))], &outages);
+            assert_eq!(chained[0].beyond, Duration::from_secs(beyond));
+            assert_eq!(chained[0].quiet, Duration::from_secs(15));
+        }
     }
 }

@@ -249,6 +249,16 @@ fn workers_follow_their_coordinators_in_the_decision() {
     assert!(t.contains(&"Remove:gone-w0".to_string()), "{t:?}");
 }
 
+/// `readinessTimeout` of `spec` in whole seconds, as the test clocks count.
+fn readiness_secs(spec: &StreamJobSpec) -> i64 {
+    let wait = dur(
+        "readinessTimeout",
+        &spec.upgrade.readiness_timeout,
+        Duration::ZERO,
+    );
+    i64::try_from(wait.as_secs()).unwrap()
+}
+
 /// A pod whose node does not answer stays Terminating. `readinessTimeout` after its deletion was
 /// due, our runtime's pod is force-deleted (what may still run there is fenced); a Flink pod is
 /// named in Degraded and an event instead, and left alone.
@@ -266,13 +276,7 @@ fn pods_stuck_terminating_are_force_deleted_or_reported() {
         o
     };
     let spec = base_spec();
-    let wait = dur(
-        "readinessTimeout",
-        &spec.upgrade.readiness_timeout,
-        Duration::ZERO,
-    )
-    .as_secs();
-    let wait = i64::try_from(wait).unwrap();
+    let wait = readiness_secs(&spec);
     let d = run(&spec, &running(), &stuck_world(wait - 1));
     assert!(
         !force_removed(&d),
@@ -329,13 +333,7 @@ flink:
 #[test]
 fn pods_pending_past_the_readiness_timeout_are_reported() {
     let spec = base_spec();
-    let wait = dur(
-        "readinessTimeout",
-        &spec.upgrade.readiness_timeout,
-        Duration::ZERO,
-    )
-    .as_secs();
-    let wait = i64::try_from(wait).unwrap();
+    let wait = readiness_secs(&spec);
     let pending_world = |age: i64| {
         let mut o = world(10_000);
         o.pods[0].phase = PodPhase::Pending;
