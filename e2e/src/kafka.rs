@@ -23,7 +23,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::binaries::{cache_dir, env_file};
 use crate::certs::BrokerTls;
 use crate::error::{Error, IoContext, Result};
-use crate::process::{ManagedProcess, Watchdog, free_port, run_checked};
+use crate::process::{ManagedProcess, Watchdog, free_port, free_ports, run_checked};
 
 /// The PLAIN user of the SASL listener.
 pub const PLAIN_USER: (&str, &str) = ("alice", "alice-secret");
@@ -148,7 +148,10 @@ impl Kafka {
             Some(p) => p,
             None => free_port()?,
         };
-        let (sasl_port, tls_port, controller) = (free_port()?, free_port()?, free_port()?);
+        let (sasl_port, tls_port, controller) = match free_ports(3, &[port])?[..] {
+            [a, b, c] => (a, b, c),
+            _ => return Err(Error::Other("free_ports: not 3 ports".into())),
+        };
         let data = dir.join("kafka-data");
         let tls = BrokerTls::generate(&dir.join("tls"))?;
         let props = format!(

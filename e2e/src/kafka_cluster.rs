@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::certs::BrokerTls;
 use crate::error::{Error, IoContext, Result};
 use crate::kafka::{Kafka, LOG4J2, Node, cluster_id, java, kafka_lib, spawn_broker};
-use crate::process::{Watchdog, free_port, run_checked};
+use crate::process::{Watchdog, free_ports, run_checked};
 
 impl Kafka {
     /// Formats `nodes` KRaft nodes (one cluster id, every node a voter) in `dir/node-<id>` and
@@ -20,10 +20,9 @@ impl Kafka {
     pub fn start_cluster(dir: &Path, nodes: usize, watchdog: Option<&Watchdog>) -> Result<Self> {
         let t0 = Instant::now();
         let lib = kafka_lib()?;
-        let mut ports = Vec::new();
-        for _ in 0..nodes {
-            ports.push((free_port()?, free_port()?));
-        }
+        // every node's client and controller ports, all different
+        let picked = free_ports(2 * nodes, &[])?;
+        let ports: Vec<(u16, u16)> = picked.chunks(2).map(|p| (p[0], p[1])).collect();
         let voters: Vec<String> = ports
             .iter()
             .enumerate()

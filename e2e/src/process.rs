@@ -226,6 +226,27 @@ pub fn free_port() -> Result<u16> {
     Ok(port)
 }
 
+/// `n` free loopback ports, all different from each other and from `taken`: the listeners are
+/// held open until every port is picked (one [`free_port`] after another may hand out the same
+/// port twice, and a broker refuses two listeners on one port).
+pub fn free_ports(n: usize, taken: &[u16]) -> Result<Vec<u16>> {
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    while ports.len() < n {
+        let l =
+            std::net::TcpListener::bind("127.0.0.1:0").ctx(|| "bind 127.0.0.1:0".to_string())?;
+        let port = l
+            .local_addr()
+            .ctx(|| "local_addr of 127.0.0.1:0".to_string())?
+            .port();
+        if !taken.contains(&port) {
+            ports.push(port);
+        }
+        held.push(l);
+    }
+    Ok(ports)
+}
+
 /// Runs a command to completion, failing with its stderr when it exits non-zero.
 pub fn run_checked(cmd: &mut Command) -> Result<std::process::Output> {
     let out = cmd.output().ctx(|| format!("run {cmd:?}"))?;
