@@ -14,11 +14,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, ContainerPort, EnvVar, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerPort, ContainerStatus, EnvVar, Pod};
 use streamjob_crds::v1alpha1::StreamJobSpec;
 
 use crate::decide::{LABEL_HASH, LABEL_ROLE, token_secret_name};
-use crate::resources::{CONTAINER, MANIFEST_ENV, Owner, TOKEN_ENV, TOKEN_KEY};
+use crate::resources::{CONTAINER, MANIFEST_ENV, Owner, TOKEN_ENV, TOKEN_KEY, main_container};
 
 /// Role label value of worker pods (the upgrade state machine never sees them).
 pub const ROLE_WORKER: &str = "worker";
@@ -52,26 +52,14 @@ pub struct CoordinatorObs {
 /// is scheduled and started in a few seconds.
 pub const REPLACE_AFTER_BACK_OFF: Duration = Duration::from_secs(10);
 
-/// The pod's container was killed from outside (SIGKILL, exit 137, and not by the kernel's OOM
+/// The pod's main container was killed from outside (SIGKILL, exit 137, and not by the kernel's OOM
 /// killer) and the kubelet holds its restart in CrashLoopBackOff for at least
 /// [`REPLACE_AFTER_BACK_OFF`]. A real kubelet doubles that delay for every exit within ten
 /// minutes of the last, from 10 s to 5 min: a process killed a few times (a node agent, a
 /// person, a test) would leave the job's output stalled for minutes after the kill itself was
 /// over. Such a pod is replaced; the new one resumes from the latest checkpoint at once. An
 /// OOMKilled container keeps the kubelet's back-off: it would be killed again (Degraded says so).
-pub fn killed_and_held_back(pod: &Pod) -> bool {
-    let Some(c) = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c.name == CONTAINER)
-                .or_else(|| cs.first())
-        })
-    else {
-        return false;
-    };
+pub fn killed_and_held_back(c: &ContainerStatus) -> bool {
     let killed = c
         .last_state
         .as_ref()
@@ -198,7 +186,7 @@ pub fn observe(pods: &[Pod]) -> (Vec<CoordinatorObs>, Vec<WorkerObs>) {
                 ended: matches!(
                     pod.status.as_ref().and_then(|s| s.phase.as_deref()),
                     Some("Failed") | Some("Succeeded")
-                ) || killed_and_held_back(pod),
+                ) || main_container(pod).is_some_and(killed_and_held_back),
                 name,
                 coordinator: labels.get(LABEL_COORDINATOR).cloned().unwrap_or_default(),
                 coordinator_uid: pod
@@ -390,24 +378,22 @@ mod tests {
             }))
             .unwrap()
         };
+        // read as the decision and the worker planning read it: the pod's main container
+        let held = |p: &Pod| main_container(p).is_some_and(killed_and_held_back);
         let kubelet = |delay: &str| {
             format!("back-off {delay} restarting failed container=runtime pod=j-1-w0_ns(uid)")
         };
-        assert!(killed_and_held_back(&pod(137, "Error", &kubelet("40s"))));
-        assert!(killed_and_held_back(&pod(137, "Error", &kubelet("5m0s"))));
-        assert!(killed_and_held_back(&pod(
+        assert!(held(&pod(137, "Error", &kubelet("40s"))));
+        assert!(held(&pod(137, "Error", &kubelet("5m0s"))));
+        assert!(held(&pod(
             137,
             "Error",
             "back-off 16s restarting failed container"
         )));
-        assert!(!killed_and_held_back(&pod(137, "Error", &kubelet("5s"))));
-        assert!(!killed_and_held_back(&pod(
-            137,
-            "OOMKilled",
-            &kubelet("40s")
-        )));
-        assert!(!killed_and_held_back(&pod(1, "Error", &kubelet("40s"))));
-        assert!(!killed_and_held_back(&pod(137, "Error", "something else")));
+        assert!(!held(&pod(137, "Error", &kubelet("5s"))));
+        assert!(!held(&pod(137, "OOMKilled", &kubelet("40s"))));
+        assert!(!held(&pod(1, "Error", &kubelet("40s"))));
+        assert!(!held(&pod(137, "Error", "something else")));
     }
 
     #[test]

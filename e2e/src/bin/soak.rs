@@ -493,7 +493,6 @@ impl Soak {
         last_end: i64,
         tracker: &tokio::sync::Mutex<OutputTracker>,
     ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
         if let Some(feed) = &mut self.feed
             && let Some(producer) = feed.producer.take()
         {
@@ -509,20 +508,15 @@ impl Soak {
                 "all {written} records produced; every window closed"
             ));
         }
-        loop {
-            self.supervise();
+        let what = format!("every window of the input committed (the last ends at {last_end})");
+        self.poll(&what, timeout, async |_: &Soak| {
             let end = tracker.lock().await.max_end;
-            if end.is_some_and(|e| e >= last_end) {
-                self.log("every window of the input committed");
-                return Ok(());
+            match end {
+                Some(e) if e >= last_end => Ok(()),
+                _ => Err(format!("committed up to {end:?}")),
             }
-            if Instant::now() > deadline {
-                bail!(
-                    "the input's last window (ending {last_end}) not committed after {timeout:?}; committed up to {end:?}"
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        })
+        .await
     }
 
     /// What a cluster's supervisor does (the kubelet for static pods, systemd): a scheduler or
@@ -565,16 +559,31 @@ impl Soak {
         timeout: Duration,
         done: impl Fn(&DynamicObject) -> bool,
     ) -> Result<DynamicObject> {
+        self.poll(what, timeout, async |soak: &Soak| match soak.get().await {
+            Ok(o) if done(&o) => Ok(o),
+            Ok(o) => Err(status(&o).to_string()),
+            Err(e) => Err(format!("{e:#}")),
+        })
+        .await
+    }
+
+    /// Polls `check` every half second, supervising the control plane in between, until it
+    /// answers `Ok`; its last `Err` (what it saw instead) is reported at the deadline.
+    async fn poll<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        check: impl AsyncFn(&Soak) -> std::result::Result<T, String>,
+    ) -> Result<T> {
         let deadline = Instant::now() + timeout;
         loop {
             self.supervise();
-            let last = match self.get().await {
-                Ok(o) if done(&o) => {
+            let last = match check(self).await {
+                Ok(t) => {
                     self.log(what);
-                    return Ok(o);
+                    return Ok(t);
                 }
-                Ok(o) => status(&o).to_string(),
-                Err(e) => format!("{e:#}"),
+                Err(last) => last,
             };
             if Instant::now() > deadline {
                 bail!("not {what} after {timeout:?}: {last}");

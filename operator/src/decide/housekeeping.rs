@@ -102,16 +102,7 @@ impl Ctx<'_> {
     /// its pods are named in Degraded and a warning event, for a human who knows the node is down.
     pub(super) fn stuck_pods(&mut self) {
         let wait = Self::readiness_timeout(self.spec);
-        let now = self.obs.now;
-        let stuck: Vec<String> = self
-            .obs
-            .pods
-            .iter()
-            .filter(|p| {
-                p.deletion_due
-                    .and_then(|due| (now - due).to_std().ok())
-                    .is_some_and(|late| late > wait)
-            })
+        let stuck: Vec<String> = overdue(self.obs, wait, |p| p.deletion_due)
             .map(|p| p.name.clone())
             .collect();
         if stuck.is_empty() {
@@ -137,13 +128,7 @@ impl Ctx<'_> {
                 );
                 self.note(true, "PodsStuckTerminating", msg.clone());
                 // more precise than the steady state's "terminating; it will be recreated"
-                let general = self
-                    .degraded
-                    .as_ref()
-                    .is_none_or(|(reason, _)| reason == "PodTerminating");
-                if general {
-                    self.degraded = Some(("PodsStuckTerminating".into(), msg));
-                }
+                self.degrade_over(&["PodTerminating"], "PodsStuckTerminating", msg);
             }
         }
     }
@@ -155,22 +140,15 @@ impl Ctx<'_> {
     /// warning event, with the scheduler's or the kubelet's reason when there is one.
     pub(super) fn pending_pods(&mut self) {
         let wait = Self::readiness_timeout(self.spec);
-        let now = self.obs.now;
-        let pending: Vec<String> = self
-            .obs
-            .pods
-            .iter()
-            .filter(|p| p.phase == PodPhase::Pending && !p.terminating)
-            .filter(|p| {
-                p.created
-                    .and_then(|c| (now - c).to_std().ok())
-                    .is_some_and(|age| age > wait)
-            })
-            .map(|p| match &p.message {
-                Some(why) => format!("{} ({})", p.name, short(why)),
-                None => p.name.clone(),
-            })
-            .collect();
+        let pending: Vec<String> = overdue(self.obs, wait, |p| {
+            p.created
+                .filter(|_| p.phase == PodPhase::Pending && !p.terminating)
+        })
+        .map(|p| match &p.message {
+            Some(why) => format!("{} ({})", p.name, short(why)),
+            None => p.name.clone(),
+        })
+        .collect();
         if pending.is_empty() {
             return;
         }
@@ -180,11 +158,21 @@ impl Ctx<'_> {
         );
         self.note(true, "PodsPending", msg.clone());
         // more precise than "no pod IP yet" or a crash loop's count; a reason of its own stays
-        let general = self.degraded.as_ref().is_none_or(|(reason, _)| {
-            ["PodTerminating", "CrashLooping", "PodMissing"].contains(&reason.as_str())
-        });
-        if general {
-            self.degraded = Some(("PodsPending".into(), msg));
+        self.degrade_over(
+            &["PodTerminating", "CrashLooping", "PodMissing"],
+            "PodsPending",
+            msg,
+        );
+    }
+
+    /// Degraded for `reason` unless a more specific reason than one of `general` is set.
+    fn degrade_over(&mut self, general: &[&str], reason: &str, msg: String) {
+        if self
+            .degraded
+            .as_ref()
+            .is_none_or(|(r, _)| general.contains(&r.as_str()))
+        {
+            self.degraded = Some((reason.into(), msg));
         }
     }
 
@@ -273,4 +261,18 @@ impl Ctx<'_> {
             self.actions.push(Action::RetireVersion { hash });
         }
     }
+}
+
+/// The pods of `obs` for which more than `wait` has passed since `since` (their creation, their
+/// deletion's due time; `None`: not counted), on the API server's clock.
+fn overdue<'o>(
+    obs: &'o Observed,
+    wait: Duration,
+    since: impl Fn(&PodObs) -> Option<DateTime<Utc>> + 'o,
+) -> impl Iterator<Item = &'o PodObs> + 'o {
+    obs.pods.iter().filter(move |p| {
+        since(p)
+            .and_then(|t| (obs.now - t).to_std().ok())
+            .is_some_and(|age| age > wait)
+    })
 }

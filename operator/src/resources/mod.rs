@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapKeySelector, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements, Secret, SecretKeySelector,
+    ConfigMap, ConfigMapKeySelector, Container, ContainerPort, ContainerStatus, EnvVar,
+    EnvVarSource, HTTPGetAction, ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements,
+    Secret, SecretKeySelector,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -22,6 +23,15 @@ pub mod template;
 
 /// Name of the runtime container (a podTemplate container of this name is merged into it).
 pub const CONTAINER: &str = "runtime";
+
+/// The status of a pod's main container: [`CONTAINER`], else the first (another engine's pod).
+pub fn main_container(pod: &Pod) -> Option<&ContainerStatus> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    statuses
+        .iter()
+        .find(|c| c.name == CONTAINER)
+        .or_else(|| statuses.first())
+}
 /// ConfigMap key of the manifest.
 pub const MANIFEST_KEY: &str = "manifest.yaml";
 /// Secret key of the control token.

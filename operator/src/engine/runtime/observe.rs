@@ -33,13 +33,7 @@ pub fn observe_pod(pod: &Pod) -> Option<PodObs> {
         Some("Failed") => PodPhase::Failed,
         Some(_) => PodPhase::Unknown,
     };
-    let container = status
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c.name == resources::CONTAINER)
-                .or_else(|| cs.first())
-        });
+    let container = resources::main_container(pod);
     let ready = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
@@ -100,7 +94,7 @@ pub fn observe_pod(pod: &Pod) -> Option<PodObs> {
         ip: status
             .and_then(|s| s.pod_ip.clone())
             .filter(|ip| !ip.is_empty()),
-        killed_and_held_back: crate::workers::killed_and_held_back(pod),
+        killed_and_held_back: container.is_some_and(crate::workers::killed_and_held_back),
     })
 }
 
