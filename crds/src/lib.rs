@@ -8,8 +8,10 @@ mod fuzz;
 #[cfg(test)]
 mod fuzz_loop;
 pub mod hash;
+pub mod kinds;
 pub mod pod_template;
 pub mod secrets;
+pub mod stores;
 pub mod strict;
 pub mod units;
 pub mod v1alpha1;

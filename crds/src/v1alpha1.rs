@@ -134,7 +134,7 @@ pub struct StreamJobSpec {
     /// (a directory path or URL, for example s3://bucket/dead-letter/clicks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('gs://') || self.startsWith('az://') || self.startsWith('abfs://') || self.startsWith('abfss://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"}]))]
+    #[schemars(transform = crate::stores::path_rule)]
     pub dead_letter_path: Option<String>,
 
     /// The job graph, a chain of steps from one source to one sink. Every step has a stable `uid`
@@ -290,7 +290,7 @@ pub struct CheckpointSpec {
 
     /// Directory checkpoints are written to: s3://bucket/prefix, or a local path (local mode only).
     #[schemars(length(min = 1, max = 2048))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('gs://') || self.startsWith('az://') || self.startsWith('abfs://') || self.startsWith('abfss://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"}]))]
+    #[schemars(transform = crate::stores::path_rule)]
     pub dir: String,
 
     /// A checkpoint that has not completed within this duration is aborted.
@@ -324,7 +324,7 @@ pub struct SavepointSpec {
     /// Directory savepoints are written to. Defaults to `<checkpoints.dir>/savepoints`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('gs://') || self.startsWith('az://') || self.startsWith('abfs://') || self.startsWith('abfss://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"}]))]
+    #[schemars(transform = crate::stores::path_rule)]
     pub dir: Option<String>,
 
     /// Change this number (for example increment it) to have the operator take a savepoint now.
@@ -756,7 +756,7 @@ pub enum NexmarkEventKind {
 pub struct FilesSource {
     /// Directory or prefix to read: s3://bucket/prefix, or a local path.
     #[schemars(length(min = 1, max = 2048))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('hdfs://') || self.startsWith('gs://') || self.startsWith('az://') || self.startsWith('abfs://') || self.startsWith('abfss://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"}]))]
+    #[schemars(transform = crate::stores::path_rule)]
     pub path: String,
 
     /// Format of the files.
@@ -1181,7 +1181,7 @@ pub struct CustomSpec {
 pub struct FileSinkSpec {
     /// Base path: s3://bucket/prefix, or a local path (local mode).
     #[schemars(length(min = 1, max = 2048))]
-    #[schemars(extend("x-kubernetes-validations" = [{"rule": "!self.contains('://') || self.startsWith('s3://') || self.startsWith('s3a://') || self.startsWith('hdfs://') || self.startsWith('gs://') || self.startsWith('az://') || self.startsWith('abfs://') || self.startsWith('abfss://') || self.startsWith('file://')", "message": "unknown scheme: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path (s3a:// is read as s3://)"}]))]
+    #[schemars(transform = crate::stores::sink_path_rule)]
     pub path: String,
 
     /// Output format.

@@ -7,113 +7,12 @@ use std::collections::BTreeSet;
 use crate::units::{parse_duration, parse_size};
 use crate::v1alpha1::{
     AggregateSpec, EngineKind, FileSinkSpec, KafkaSecurityProtocol, KafkaSource,
-    KafkaStartingOffsets, PipelineStep, RowCompression, SourceSpec, StreamJob, StreamJobSpec,
-    UpgradeStrategy, WindowSpec,
+    KafkaStartingOffsets, RowCompression, SourceSpec, StreamJob, StreamJobSpec, UpgradeStrategy,
+    WindowSpec,
 };
 use crate::{Error, Result};
 
-/// The operator kind of one pipeline step, borrowed from the step.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum StepKind<'a> {
-    Source(&'a SourceSpec),
-    Filter(&'a str),
-    Project(&'a [crate::v1alpha1::ProjectColumn]),
-    WindowAggregate {
-        key_by: &'a [String],
-        window: &'a WindowSpec,
-        aggregate: &'a AggregateSpec,
-    },
-    Dedup(&'a crate::v1alpha1::DedupSpec),
-    Custom(&'a crate::v1alpha1::CustomSpec),
-    FileSink(&'a FileSinkSpec),
-    Print(&'a crate::v1alpha1::PrintSinkSpec),
-}
-
-impl StepKind<'_> {
-    /// Name of the kind as written in manifests and savepoint metadata.
-    pub fn name(&self) -> &'static str {
-        match self {
-            StepKind::Source(_) => "source",
-            StepKind::Filter(_) => "filter",
-            StepKind::Project(_) => "project",
-            StepKind::WindowAggregate { .. } => "windowAggregate",
-            StepKind::Dedup(_) => "dedup",
-            StepKind::Custom(_) => "custom",
-            StepKind::FileSink(_) => "fileSink",
-            StepKind::Print(_) => "print",
-        }
-    }
-
-    /// Whether the step is a sink (the pipeline's end).
-    pub fn is_sink(&self) -> bool {
-        matches!(self, StepKind::FileSink(_) | StepKind::Print(_))
-    }
-}
-
-impl PipelineStep {
-    /// The step's single operator kind, or an error naming the step and what is wrong.
-    pub fn kind(&self) -> Result<StepKind<'_>> {
-        let mut kinds = Vec::new();
-        if let Some(source) = &self.source {
-            kinds.push(StepKind::Source(source));
-        }
-        if let Some(filter) = &self.filter {
-            kinds.push(StepKind::Filter(filter));
-        }
-        if let Some(project) = &self.project {
-            kinds.push(StepKind::Project(project));
-        }
-        match (&self.key_by, &self.window, &self.aggregate) {
-            (Some(key_by), Some(window), Some(aggregate)) => {
-                kinds.push(StepKind::WindowAggregate {
-                    key_by,
-                    window,
-                    aggregate,
-                })
-            }
-            (None, None, None) => {}
-            _ => {
-                return Err(Error::Invalid(vec![format!(
-                    "spec.pipeline[{}]: keyBy, window and aggregate go together in one step: set all three or none",
-                    self.uid
-                )]));
-            }
-        }
-        if let Some(dedup) = &self.dedup {
-            kinds.push(StepKind::Dedup(dedup));
-        }
-        if let Some(custom) = &self.custom {
-            kinds.push(StepKind::Custom(custom));
-        }
-        if let Some(sink) = &self.file_sink {
-            kinds.push(StepKind::FileSink(sink));
-        }
-        if let Some(print) = &self.print {
-            kinds.push(StepKind::Print(print));
-        }
-        match kinds.as_slice() {
-            [kind] => Ok(*kind),
-            [] => Err(Error::Invalid(vec![format!(
-                "spec.pipeline[{}]: the step has no operator: set one of source, filter, project, keyBy (with window and aggregate), dedup, custom, fileSink or print",
-                self.uid
-            )])),
-            many => Err(Error::Invalid(vec![format!(
-                "spec.pipeline[{}]: the step has {} operators ({}): each step must have exactly one; split it into several steps",
-                self.uid,
-                many.len(),
-                many.iter()
-                    .map(StepKind::name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )])),
-        }
-    }
-
-    /// Display name: `name` or the uid.
-    pub fn display_name(&self) -> &str {
-        self.name.as_deref().unwrap_or(&self.uid)
-    }
-}
+pub use crate::kinds::{SourceKind, StepKind};
 
 impl StreamJob {
     /// Reads a StreamJob manifest (YAML or JSON) and checks its apiVersion and kind.
@@ -438,16 +337,8 @@ impl StreamJobSpec {
 }
 
 fn validate_source(uid: &str, source: &SourceSpec, problems: &mut Vec<String>) {
-    let count = count_set(&[
-        source.generator.is_some(),
-        source.nexmark.is_some(),
-        source.files.is_some(),
-        source.kafka.is_some(),
-    ]);
-    if count != 1 {
-        problems.push(format!(
-            "spec.pipeline[{uid}].source: set exactly one of generator, nexmark, files or kafka"
-        ));
+    if let Err(why) = source.kind() {
+        problems.push(format!("spec.pipeline[{uid}].source: {why}"));
     }
     if let Some(generator) = &source.generator {
         if let Some(interval) = &generator.event_interval {
@@ -885,15 +776,19 @@ fn bounded_duration(
     Ok(d)
 }
 
-/// Stores the runtime reads and writes: `s3://`, `s3a://` (sinks), `hdfs://`, `gs://`, `az://`,
-/// `abfs(s)://`, `file://` and local paths.
+/// A path names a store of [`crate::stores::STORES`] (the file sink's path also its aliases, as
+/// `s3a://`), or is a local path.
 fn known_store(field: &str, path: &str) -> Result<()> {
     match path.split_once("://") {
         None => Ok(()),
-        Some(("s3" | "file" | "hdfs" | "gs" | "az" | "abfs" | "abfss", _)) => Ok(()),
-        Some(("s3a", _)) if field.ends_with("fileSink.path") => Ok(()),
+        Some((scheme, _))
+            if crate::stores::store_of(scheme, field.ends_with("fileSink.path")).is_some() =>
+        {
+            Ok(())
+        }
         Some((scheme, _)) => invalid(&format!(
-            "{field}: {path:?}: unknown scheme {scheme}://: use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"
+            "{field}: {path:?}: unknown scheme {scheme}://: {}",
+            crate::stores::use_hint()
         )),
     }
 }

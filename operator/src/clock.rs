@@ -20,7 +20,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use kube::Client;
 use kube::client::Body;
 
-use crate::{Error, Result};
+use crate::Result;
 
 /// How often the offset is sampled again (node clocks drift slowly; NTP steps are rare).
 pub const RESYNC: Duration = Duration::from_secs(60);
@@ -50,7 +50,7 @@ impl ApiClock {
     pub async fn sync(&self, client: &Client) -> Result<TimeDelta> {
         let request = Request::get("/version")
             .body(Body::from(Vec::new()))
-            .map_err(|e| Error::Clock(e.to_string()))?;
+            .map_err(ClockError::Request)?;
         let sent = Utc::now();
         let response = client.send(request).await?;
         let received = Utc::now();
@@ -58,9 +58,12 @@ impl ApiClock {
             .headers()
             .get(DATE)
             .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| Error::Clock("the API server's answer has no Date header".into()))?;
+            .ok_or(ClockError::NoDate)?;
         let date = DateTime::parse_from_rfc2822(date)
-            .map_err(|e| Error::Clock(format!("Date header {date:?}: {e}")))?
+            .map_err(|source| ClockError::BadDate {
+                date: date.to_string(),
+                source,
+            })?
             .with_timezone(&Utc);
         let offset = offset_from(sent, received, date)?;
         self.offset_ms
@@ -86,6 +89,23 @@ impl ApiClock {
     }
 }
 
+/// Why the API server's clock could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ClockError {
+    #[error("cannot build the request: {0}")]
+    Request(#[source] axum::http::Error),
+    #[error("the API server's answer has no Date header")]
+    NoDate,
+    #[error("Date header {date:?}: {source}")]
+    BadDate {
+        date: String,
+        #[source]
+        source: chrono::ParseError,
+    },
+    #[error("round trip of {ms} ms says too little about the server's clock")]
+    SlowRoundTrip { ms: i64 },
+}
+
 /// The offset (server − local) from one request sent at `sent` and answered at `received` on the
 /// local clock, whose `Date` (whole seconds) the server read in between: its clock then stood
 /// in `[date, date + 1 s)`, taken at the round trip's middle.
@@ -96,10 +116,10 @@ pub fn offset_from(
 ) -> Result<TimeDelta> {
     let round_trip = received - sent;
     if round_trip < TimeDelta::zero() || round_trip > MAX_ROUND_TRIP {
-        return Err(Error::Clock(format!(
-            "round trip of {} ms says too little about the server's clock",
-            round_trip.num_milliseconds()
-        )));
+        return Err(ClockError::SlowRoundTrip {
+            ms: round_trip.num_milliseconds(),
+        }
+        .into());
     }
     let middle = sent + round_trip / 2;
     Ok(date + TimeDelta::milliseconds(500) - middle)

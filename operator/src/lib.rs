@@ -5,7 +5,6 @@
 
 mod api;
 pub mod clock;
-pub mod control;
 pub mod controller;
 pub mod decide;
 pub mod disposal;
@@ -19,10 +18,9 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod network_policy;
+pub mod objects;
 pub mod pod_security;
 pub mod pod_template_policy;
-pub mod resources;
-pub mod workers;
 
 /// Everything that can go wrong in the operator.
 #[derive(Debug, thiserror::Error)]
@@ -33,27 +31,57 @@ pub enum Error {
 
     /// A call to a runtime pod's control API failed.
     #[error("runtime control API: {0}")]
-    Control(String),
+    Control(#[from] engine::runtime::control::ControlError),
 
-    /// Serialising a manifest or status failed.
-    #[error("cannot serialise: {0}")]
-    Serialize(String),
+    /// A run's pod has no IP yet, so its engine cannot be called.
+    #[error("pod {pod} has no IP")]
+    NoAddress { pod: String },
 
-    /// The StreamJob lacks something the operator needs (name, namespace, uid).
-    #[error("StreamJob object: {0}")]
-    Object(String),
+    /// The spec could not be hashed into a version.
+    #[error("cannot hash the spec: {0}")]
+    Hash(#[source] streamjob_crds::Error),
+
+    /// The manifest a version's pods read could not be written.
+    #[error("cannot write the manifest: {0}")]
+    Manifest(#[source] serde_yaml_ng::Error),
+
+    /// The StreamJob lacks something the operator needs.
+    #[error("StreamJob without {0}")]
+    MissingMetadata(&'static str),
+
+    /// A deployed version's manifest ConfigMap has no manifest.
+    #[error("ConfigMap {config_map} has no {key}")]
+    NoVersionManifest {
+        config_map: String,
+        key: &'static str,
+    },
+
+    /// A deployed version's manifest does not read back.
+    #[error("manifest of deployment {hash}: {source}")]
+    BadVersionManifest {
+        hash: String,
+        #[source]
+        source: streamjob_crds::Error,
+    },
 
     /// The job's token Secret exists but holds no usable token.
-    #[error("token Secret: {0}")]
-    TokenSecret(String),
+    #[error(
+        "token Secret {secret} has no non-empty `{key}` key: delete the Secret and the operator creates a new token (pods read it when they start)"
+    )]
+    TokenSecret { secret: String, key: &'static str },
 
-    /// Adding or removing the finalizer failed.
+    /// Adding or removing the finalizer failed (422: the list changed since it was read; the
+    /// next reconcile works on the fresh object).
     #[error("finalizer: {0}")]
-    Finalizer(String),
+    Finalizer(#[source] kube::Error),
 
     /// Serving metrics and probes failed.
-    #[error("metrics server: {0}")]
-    Server(String),
+    #[error("metrics server on {addr}: {source}")]
+    Server {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 
     /// Talking to a Flink cluster, or reading what it or the pre-check answered, failed.
     #[error(transparent)]
@@ -61,7 +89,7 @@ pub enum Error {
 
     /// The API server's clock could not be read (see [`clock`]).
     #[error("API server clock: {0}")]
-    Clock(String),
+    Clock(#[from] clock::ClockError),
 
     /// This replica's Lease ran out before it acted (it exits; the leader acts instead).
     #[error(
@@ -75,12 +103,15 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
-            Error::Control(_) => "control",
-            Error::Serialize(_) => "serialize",
-            Error::Object(_) => "object",
-            Error::TokenSecret(_) => "token_secret",
+            // the labels predate the typed variants; dashboards count by them
+            Error::Control(_) | Error::NoAddress { .. } => "control",
+            Error::Hash(_) | Error::Manifest(_) => "serialize",
+            Error::MissingMetadata(_)
+            | Error::NoVersionManifest { .. }
+            | Error::BadVersionManifest { .. } => "object",
+            Error::TokenSecret { .. } => "token_secret",
             Error::Finalizer(_) => "finalizer",
-            Error::Server(_) => "server",
+            Error::Server { .. } => "server",
             Error::Flink(_) => "flink",
             Error::Clock(_) => "clock",
             Error::NotLeader => "not_leader",

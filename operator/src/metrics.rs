@@ -254,11 +254,11 @@ pub async fn serve(
 ) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| Error::Server(format!("bind {addr}: {e}")))?;
+        .map_err(|source| Error::Server { addr, source })?;
     axum::serve(listener, router(m))
         .with_graceful_shutdown(shutdown)
         .await
-        .map_err(|e| Error::Server(e.to_string()))
+        .map_err(|source| Error::Server { addr, source })
 }
 
 #[cfg(test)]

@@ -17,9 +17,9 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::decide::{LABEL_JOB, LABEL_MANAGED, MANAGER, job_label};
-use crate::resources::Owner;
-use streamjob_contract::process::{CLUSTER_PORT, DATA_PORT, METRICS_PORT};
+use crate::objects::names::job_label;
+use crate::objects::{LABEL_JOB, LABEL_MANAGED, MANAGER, Owner};
+use streamjob_contract::process::METRICS_PORT;
 
 /// Where the operator runs: the only peer admitted to the control port.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,9 +63,6 @@ fn match_labels(labels: BTreeMap<String, String>) -> LabelSelector {
         ..Default::default()
     }
 }
-
-/// The ports our runtime's pods connect to each other on.
-pub const RUNTIME_PEER_PORTS: [u16; 2] = [CLUSTER_PORT, DATA_PORT];
 
 /// The policy for `owner`'s pods: the operator to the control port, the job's own pods to
 /// `peer_ports` (the engine's), anyone to the metrics port.
@@ -123,6 +120,8 @@ pub fn network_policy(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::engine::peer_ports;
+    use streamjob_crds::v1alpha1::EngineKind;
 
     #[test]
     fn operator_reaches_control_pods_reach_each_other_prometheus_reaches_metrics() {
@@ -138,7 +137,7 @@ mod tests {
             )
             .unwrap(),
         };
-        let p = network_policy(&owner, &operator, 8081, &RUNTIME_PEER_PORTS);
+        let p = network_policy(&owner, &operator, 8081, peer_ports(&EngineKind::Runtime));
         let v = serde_json::to_value(&p).unwrap();
         assert_eq!(v["metadata"]["name"], "clicks-streamjob");
         assert_eq!(v["metadata"]["namespace"], "team");
@@ -175,12 +174,7 @@ mod tests {
         assert!(rules[2].get("from").is_none(), "metrics from anywhere");
         assert_eq!(rules[2]["ports"][0]["port"], 9249);
         // Flink: JobManager RPC and blob, TaskManager RPC and data
-        let flink = network_policy(
-            &owner,
-            &operator,
-            8081,
-            &crate::engine::flink::cluster::PEER_PORTS,
-        );
+        let flink = network_policy(&owner, &operator, 8081, peer_ports(&EngineKind::Flink));
         let v = serde_json::to_value(&flink).unwrap();
         let ports: Vec<_> = v["spec"]["ingress"][1]["ports"]
             .as_array()

@@ -534,7 +534,10 @@ async fn run(args: RunArgs, registry: Registry, coordinator: bool) -> Result<Exi
         None => 0,
     };
     let workers = if worker_count > 0 {
-        let addr = args.cluster_addr.clone().unwrap_or_else(|| pod_addr(6123));
+        let addr = args
+            .cluster_addr
+            .clone()
+            .unwrap_or_else(|| pod_addr(streamjob_contract::process::CLUSTER_PORT));
         let addr = parse_addr("--cluster-addr", &addr, token.as_deref())?;
         let register_timeout =
             streamjob_crds::units::parse_duration("--register-timeout", &args.register_timeout)?;

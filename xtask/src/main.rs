@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod boundaries;
 #[cfg(test)]
 mod monitoring;
 
@@ -14,7 +15,10 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   generate   write the CRD YAML into the chart (charts/streamjob-operator/crds/)
-  lint       cargo fmt --check, clippy -D warnings, CRD drift, helm lint + template
+  lint       cargo fmt --check, the operator's layer boundaries, clippy -D warnings,
+             CRD drift, helm lint + template
+  boundaries which operator module may name which (xtask/src/boundaries.rs): prints the
+             layer graph, fails on a broken rule or a circle
   test       every test: unit and integration tests, then the end-to-end suite
              (installs the pinned control plane, MinIO and Helm into the cache first);
              --full adds the end-to-end tests kept out of CI for time (#[ignore]d ones)
@@ -41,6 +45,7 @@ fn main() -> ExitCode {
     let result = match command.as_str() {
         "generate" => generate(),
         "lint" => lint(),
+        "boundaries" => boundaries::check(&root().join("operator/src"), true),
         "test" => suite(rest).and_then(test),
         "unit" => unit(),
         "e2e" => suite(rest).and_then(e2e),
@@ -208,6 +213,7 @@ fn generate() -> Result<(), String> {
 
 fn lint() -> Result<(), String> {
     run(cargo().args(["fmt", "--all", "--check"]))?;
+    boundaries::check(&root().join("operator/src"), false)?;
     if clippy_in_build().is_some() {
         // clippy runs inside the one build every later step reuses (see `clippy_in_build`)
         eprintln!("clippy -D warnings: while building (RUSTC_WORKSPACE_WRAPPER=clippy-driver)");

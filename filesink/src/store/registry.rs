@@ -120,7 +120,8 @@ fn parse(url: &str, storage: Option<&StorageSpec>) -> Result<(Target, String)> {
         Some(path) => path,
         None if url.contains("://") => {
             return Err(Error::Config(format!(
-                "{url}: unknown scheme; use s3://, hdfs://, gs://, az://, abfss://, file:// or a local path"
+                "{url}: unknown scheme; {}",
+                streamjob_crds::stores::use_hint()
             )));
         }
         None => url,
@@ -177,12 +178,8 @@ pub fn open(url: &str, storage: Option<&StorageSpec>) -> Result<Prefixed> {
         storage.and_then(|s| s.limits.as_ref()),
     );
     // the environment's credentials are part of a client (tests change them in-process)
-    let credentials: &[&str] = match &target {
-        Target::S3 { .. } => &["AWS_ACCESS_KEY_ID"],
-        Target::Gcs { .. } => &["GOOGLE_SERVICE_ACCOUNT_KEY", "GOOGLE_SERVICE_ACCOUNT"],
-        Target::Azure { .. } => &["AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_KEY"],
-        _ => &[],
-    };
+    let credentials: &[&str] =
+        streamjob_crds::stores::store_of(target.scheme(), false).map_or(&[], |s| s.credential_vars);
     let identity = credentials.iter().fold(identity, |id, var| {
         format!("{id}|{}", std::env::var(var).unwrap_or_default())
     });
@@ -418,6 +415,31 @@ mod tests {
         Target::Azure {
             account: account.map(str::to_string),
             container: container.to_string(),
+        }
+    }
+
+    /// Every scheme of the store table (crds::stores, what validation and the CRD accept) parses
+    /// here into its store, and the table names the store a URL's target is.
+    #[test]
+    fn every_declared_scheme_is_served() {
+        let sample = |scheme: &str| match scheme {
+            "abfs" | "abfss" => format!("{scheme}://c@acct.dfs.core.windows.net/p"),
+            "hdfs" => "hdfs://nn:8020/p".to_string(),
+            "file" => "file:///tmp/p".to_string(),
+            other => format!("{other}://b/p"),
+        };
+        for store in streamjob_crds::stores::STORES {
+            let all = store
+                .schemes
+                .iter()
+                .chain(store.quiet_schemes)
+                .chain(store.sink_aliases);
+            for scheme in all {
+                let (target, _) = parse(&sample(scheme), None)
+                    .unwrap_or_else(|e| panic!("{scheme}:// ({}): {e}", store.name));
+                let named = streamjob_crds::stores::store_of(target.scheme(), false);
+                assert_eq!(named.map(|s| s.name), Some(store.name), "{scheme}://");
+            }
         }
     }
 

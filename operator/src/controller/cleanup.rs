@@ -47,26 +47,22 @@ pub(super) async fn cleanup<E: Engine>(
                 publish_at_home(ctx, owner, &why, &paths).await;
             }
             let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-            let name = decide::dispose_pod_name(&owner.name, &paths);
+            let name = crate::objects::names::dispose_pod_name(&owner.name, &paths);
             if let Err(e) = ignore_missing(pods.delete(&name, &DeleteParams::default()).await) {
                 tracing::debug!(pod = %name, error = %e, "cannot delete the disposal pod");
             }
         }
     }
     let jobs: Api<StreamJob> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let list: Vec<String> = job
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    jobs.patch(
-        &owner.name,
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": list}})),
-    )
-    .await
-    .map_err(|e| Error::Finalizer(e.to_string()))?;
+    if let Some(patch) = super::finalizer::remove(job.finalizers(), FINALIZER) {
+        jobs.patch(
+            &owner.name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await
+        .map_err(Error::Finalizer)?;
+    }
     Ok(Requeue::await_change())
 }
 
@@ -118,7 +114,7 @@ pub(super) async fn dispose_step<E: Engine>(
     paths: &[String],
 ) -> Result<Disposal> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let name = decide::dispose_pod_name(&owner.name, paths);
+    let name = crate::objects::names::dispose_pod_name(&owner.name, paths);
     let pod = pods.get_opt(&name).await?;
     let deletion = job
         .metadata

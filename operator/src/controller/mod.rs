@@ -24,13 +24,14 @@ use tracing::Instrument;
 
 use crate::api::ignore_missing;
 use crate::clock::ApiClock;
-use crate::control::ControlApi;
-use crate::decide::{self, Action, Decision, JobRef, MANAGER, Observed, decide};
+use crate::decide::{self, Action, Decision, JobRef, Observed, decide};
 use crate::disposal::{self, Disposal};
+use crate::engine::runtime::control::ControlApi;
 use crate::engine::{Engine, Engines, FlinkEngine, JobScope, RuntimeEngine, SavepointOrder};
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
-use crate::resources::{self, Owner, TOKEN_KEY};
+use crate::objects::{self, Owner, TOKEN_KEY};
+use crate::objects::{LABEL_MANAGED, MANAGER};
 use crate::{Error, Result};
 
 /// Finalizer present only while `spec.savepoints.disposeOnDelete` is set.
@@ -191,7 +192,7 @@ pub async fn run<E: Engine>(ctx: Arc<Context<E>>) {
             .owns(
                 pods,
                 watcher::Config::default()
-                    .labels(&format!("{}={MANAGER}", decide::LABEL_MANAGED))
+                    .labels(&format!("{}={MANAGER}", LABEL_MANAGED))
                     .any_semantic(),
             )
             .with_config(config)
@@ -268,9 +269,7 @@ fn error_policy<E: Engine>(job: Arc<StreamJob>, err: &Error, ctx: Arc<Context<E>
 }
 
 async fn reconcile<E: Engine>(job: Arc<StreamJob>, ctx: Arc<Context<E>>) -> Result<Requeue> {
-    let ns = job
-        .namespace()
-        .ok_or_else(|| Error::Object("StreamJob without namespace".into()))?;
+    let ns = job.namespace().ok_or(Error::MissingMetadata("namespace"))?;
     let name = job.name_any();
     let Some(_slot) = ctx.slots.try_take(&ns) else {
         // this namespace holds its share of the slots: give this one back to the others
@@ -297,7 +296,7 @@ fn owner_of(job: &StreamJob, ns: &str, name: &str) -> Result<Owner> {
             .metadata
             .uid
             .clone()
-            .ok_or_else(|| Error::Object("StreamJob without uid".into()))?,
+            .ok_or(Error::MissingMetadata("uid"))?,
     })
 }
 
@@ -326,28 +325,23 @@ async fn reconcile_inner<E: Engine>(
         }
         return Ok(Requeue::await_change());
     }
-    if wants_finalizer != has_finalizer {
-        let mut list: Vec<String> = job
-            .finalizers()
-            .iter()
-            .filter(|f| *f != FINALIZER)
-            .cloned()
-            .collect();
-        if wants_finalizer {
-            list.push(FINALIZER.into());
-        }
-        jobs.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": list}})),
-        )
-        .await?;
+    let change = if wants_finalizer {
+        finalizer::add(job.finalizers(), FINALIZER)
+    } else {
+        finalizer::remove(job.finalizers(), FINALIZER)
+    };
+    if let Some(patch) = change {
+        jobs.patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+            .map_err(Error::Finalizer)?;
     }
 
     // ---- observe ----
     let token = match ensure_token(ctx, &owner).await {
         Ok(t) => t,
-        Err(Error::TokenSecret(why)) => return token_secret_invalid(job, ctx, &jobs, &why).await,
+        Err(e @ Error::TokenSecret { .. }) => {
+            return token_secret_invalid(job, ctx, &jobs, &e.to_string()).await;
+        }
         Err(e) => return Err(e),
     };
     if let Some(peer) = &ctx.settings.network_policy {
@@ -524,6 +518,7 @@ mod act;
 mod cleanup;
 mod credentials;
 pub mod fairness;
+mod finalizer;
 mod token;
 
 use act::apply;

@@ -3,9 +3,7 @@
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
 use super::*;
-use crate::network_policy::{
-    OperatorPeer, RUNTIME_PEER_PORTS, network_policy, network_policy_name,
-};
+use crate::network_policy::{OperatorPeer, network_policy, network_policy_name};
 use streamjob_crds::v1alpha1::EngineKind;
 
 /// Creates the job's NetworkPolicy unless this process already saw it. A policy someone edited
@@ -28,10 +26,7 @@ pub(super) async fn ensure_network_policy<E: Engine>(
     }
     let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &owner.namespace);
     let name = network_policy_name(&owner.name);
-    let peer_ports: &[u16] = match engine {
-        EngineKind::Runtime => &RUNTIME_PEER_PORTS,
-        EngineKind::Flink => &crate::engine::flink::cluster::PEER_PORTS,
-    };
+    let peer_ports = crate::engine::peer_ports(&engine);
     if api.get_opt(&name).await?.is_none() {
         let pp = PostParams {
             field_manager: Some(MANAGER.into()),

@@ -12,9 +12,10 @@ pub(super) fn token_in(secret: &Secret, name: &str) -> Result<String> {
         .map(|t| String::from_utf8_lossy(&t.0).trim().to_string())
         .unwrap_or_default();
     if token.is_empty() {
-        return Err(Error::TokenSecret(format!(
-            "Secret {name} has no non-empty `{TOKEN_KEY}` key: delete the Secret and the operator creates a new token (pods read it when they start)"
-        )));
+        return Err(Error::TokenSecret {
+            secret: name.to_string(),
+            key: TOKEN_KEY,
+        });
     }
     Ok(token)
 }
@@ -57,7 +58,7 @@ pub(super) async fn token_secret_invalid<E: Engine>(
 /// The job's control token: read from its Secret, created with a random token if missing.
 pub(super) async fn ensure_token<E: Engine>(ctx: &Context<E>, owner: &Owner) -> Result<String> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &owner.namespace);
-    let name = decide::token_secret_name(&owner.name);
+    let name = crate::objects::names::token_secret_name(&owner.name);
     if let Some(s) = secrets.get_opt(&name).await? {
         return token_in(&s, &name);
     }
@@ -71,7 +72,7 @@ pub(super) async fn ensure_token<E: Engine>(ctx: &Context<E>, owner: &Owner) -> 
         ..Default::default()
     };
     match secrets
-        .create(&pp, &resources::token_secret(owner, &token))
+        .create(&pp, &objects::token_secret(owner, &token))
         .await
     {
         Ok(_) => Ok(token),

@@ -1,5 +1,6 @@
 //! The declared machine enforced at run time: a decision that moves the upgrade stage in a way
-//! [`TRANSITIONS`] does not declare is refused whole and reported.
+//! [`TRANSITIONS`] does not declare, or removes a running run before its state is recorded
+//! ([`STATE_RECORDED_AT`]), is refused whole and reported.
 
 use super::*;
 
@@ -16,18 +17,59 @@ pub(super) fn guard_transition(
     let (Some(from), Some(to)) = (stage(old), stage(&decision.status)) else {
         return decision; // an unreadable stored stage is reported by the decision itself
     };
-    if legal(from, to) {
-        return decision;
+    if !legal(from, to) {
+        return refuse(
+            old,
+            &format!(
+                "refused an undeclared upgrade transition {} -> {}",
+                show_stage(from),
+                show_stage(to)
+            ),
+            observed,
+        );
     }
-    refuse(
-        old,
-        &format!(
-            "refused an undeclared upgrade transition {} -> {}",
-            show_stage(from),
-            show_stage(to)
-        ),
-        observed,
-    )
+    if let Some(run) = unrecorded_removal(old, from, &decision, observed) {
+        return refuse(
+            old,
+            &format!(
+                "refused removing {run}, whose job is running, at stage {} before its state is recorded (write-ahead rule)",
+                show_stage(from)
+            ),
+            observed,
+        );
+    }
+    decision
+}
+
+/// The deployed run (the one the persisted status names as the deployment's workload: it holds
+/// the job's state) if the decision removes it while its job is observed running and the
+/// persisted stage has not recorded its state ([`may_remove_running_run`]). Other runs (a
+/// leftover of another version) are fenced by epoch and hold no state of record.
+fn unrecorded_removal(
+    old: &StreamJobStatus,
+    persisted: Option<Stage>,
+    decision: &Decision,
+    observed: &Observed,
+) -> Option<String> {
+    if may_remove_running_run(persisted) {
+        return None;
+    }
+    let deployed = old.deployment.as_ref()?.workload.as_deref()?;
+    decision.actions.iter().find_map(|a| {
+        let (Action::Remove { name } | Action::ForceRemove { name }) = a else {
+            return None;
+        };
+        if name != deployed {
+            return None;
+        }
+        let pod = observed.pod(name)?;
+        let running = observed
+            .job(name)
+            .is_some_and(|j| j.state == RunState::Running);
+        // a pod that ended (Failed, Succeeded) holds nothing, whatever its last answer said
+        let live = pod.phase == PodPhase::Running && !pod.terminating;
+        (pod.role == PodRole::Runtime && live && running).then(|| name.clone())
+    })
 }
 
 pub(super) fn show_stage(s: Option<Stage>) -> String {

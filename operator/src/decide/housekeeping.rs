@@ -1,7 +1,6 @@
 //! Savepoint retention, garbage collection of what no stage needs any more, and worker pods.
 
 use super::*;
-use streamjob_crds::v1alpha1::EngineKind;
 
 /// What `status.savepointHistory` may take of the object (at most 1.5 MiB with its spec).
 pub(crate) const HISTORY_BUDGET_BYTES: usize = 256 * 1024;
@@ -16,11 +15,10 @@ fn status_bytes(sp: &SavepointInfo) -> usize {
 impl Ctx<'_> {
     /// Worker pods (`spec.workers`) follow the coordinator pods as observed: each live one gets
     /// its workers, those of a coordinator that is gone, finished or replaced go (see
-    /// [`crate::workers`]). Outside the upgrade stages on purpose: every coordinator pod, old or
+    /// [`plan_workers`]). Outside the upgrade stages on purpose: every coordinator pod, old or
     /// standby, brings its own workers along.
     pub(super) fn workers(&mut self) {
-        use crate::workers::WorkerAction;
-        for w in crate::workers::plan_workers(&self.obs.coordinators, &self.obs.workers) {
+        for w in plan_workers(&self.obs.coordinators, &self.obs.workers) {
             self.actions.push(match w {
                 WorkerAction::Create { coordinator, index } => Action::AddWorker {
                     run: coordinator,
@@ -109,27 +107,24 @@ impl Ctx<'_> {
             return;
         }
         let names = stuck.join(", ");
-        match self.spec.engine {
-            EngineKind::Runtime => {
-                for name in stuck {
-                    self.actions.push(Action::ForceRemove { name });
-                }
-                self.note(
-                    true,
-                    "PodsForceDeleted",
-                    format!(
-                        "{names}: still Terminating {wait:?} after their deletion was due (their node does not answer); force-deleted, as what may still run there is fenced by a newer run's epoch"
-                    ),
-                );
+        if self.obs.runs_fenced {
+            for name in stuck {
+                self.actions.push(Action::ForceRemove { name });
             }
-            EngineKind::Flink => {
-                let msg = format!(
-                    "{names}: still Terminating {wait:?} after their deletion was due (their node does not answer); nothing fences a Flink cluster against what may still run there, so they are left to you: once the node is known down, `kubectl delete pod --force --grace-period=0`"
-                );
-                self.note(true, "PodsStuckTerminating", msg.clone());
-                // more precise than the steady state's "terminating; it will be recreated"
-                self.degrade_over(&["PodTerminating"], "PodsStuckTerminating", msg);
-            }
+            self.note(
+                true,
+                "PodsForceDeleted",
+                format!(
+                    "{names}: still Terminating {wait:?} after their deletion was due (their node does not answer); force-deleted, as what may still run there is fenced by a newer run's epoch"
+                ),
+            );
+        } else {
+            let msg = format!(
+                "{names}: still Terminating {wait:?} after their deletion was due (their node does not answer); nothing fences this engine's runs against what may still run there, so they are left to you: once the node is known down, `kubectl delete pod --force --grace-period=0`"
+            );
+            self.note(true, "PodsStuckTerminating", msg.clone());
+            // more precise than the steady state's "terminating; it will be recreated"
+            self.degrade_over(&["PodTerminating"], "PodsStuckTerminating", msg);
         }
     }
 

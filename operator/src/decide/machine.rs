@@ -157,6 +157,21 @@ pub const TRANSITIONS: &[(Option<Stage>, Option<Stage>)] = &[
     (st(Rollback, RolledBack), None),
 ];
 
+/// The write-ahead rule, declared beside the moves: the deployed run (status.deployment's
+/// workload), while its job runs, holds the only copy of what it did since its state was last
+/// recorded. A decision may remove it only when
+/// the *persisted* status (the one the decision started from, not the one it writes) is at one of
+/// these steps: an earlier decision recorded where the job continues from (`upgrade.savepoint`, or
+/// for a last-state or stateless upgrade the decision to start from the latest checkpoint or
+/// empty) and that status was written before this decision. Enforced on every decision like
+/// [`TRANSITIONS`] (`guard.rs`): a decision breaking it is refused whole.
+pub const STATE_RECORDED_AT: &[Step] = &[Stopped, Restoring, RolledBack, Suspended];
+
+/// Whether a decision made on the persisted stage `at` may remove a run whose job is running.
+pub fn may_remove_running_run(at: Option<Stage>) -> bool {
+    at.is_some_and(|s| STATE_RECORDED_AT.contains(&s.step))
+}
+
 /// Whether the state machine allows moving from `from` to `to`.
 pub fn legal(from: Option<Stage>, to: Option<Stage>) -> bool {
     if from == to {

@@ -30,7 +30,8 @@ use streamjob_crds::v1alpha1::{
     UpgradeStrategy,
 };
 
-use crate::control::{JobStatus, RunState, SavepointState};
+use crate::objects::names::{job_label, plan_pod_name, pod_name};
+use crate::objects::{ANNOTATION_RECOVERED_SAVEPOINT, LABEL_JOB, LABEL_ROLE, PodRole, ROLE_WORKER};
 use streamjob_contract::process::exit;
 
 mod actions;
@@ -46,6 +47,7 @@ mod standby;
 mod steady;
 mod stopped;
 mod suspend;
+mod workers;
 mod world;
 
 use Kind::{InPlace, Resume, Rollback, Shadow, Suspend};
@@ -58,6 +60,9 @@ use guard::{guard_transition, refuse, show_stage};
 pub use machine::*;
 pub use report::set_condition;
 use savepoints::SpPoll;
+#[cfg(test)]
+pub(crate) use workers::tests::coord as test_coordinator;
+pub use workers::{CoordinatorObs, WorkerAction, WorkerObs, plan_workers};
 pub use world::*;
 
 /// Identity of the StreamJob.

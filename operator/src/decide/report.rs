@@ -57,7 +57,7 @@ impl Ctx<'_> {
         self.st.selector = Some(format!(
             "{LABEL_JOB}={},{LABEL_ROLE} in (runtime,{})",
             job_label(self.job),
-            crate::workers::ROLE_WORKER
+            ROLE_WORKER
         ));
         // Throughput of the active version (kubectl get sj -o wide).
         if let Some(j) = self.active().and_then(|a| self.obs.job(&a)) {

@@ -3,7 +3,6 @@
 //! latest checkpoint copied into status.
 
 use super::*;
-use crate::control::Snapshot;
 
 /// Result of looking at `status.pendingSavepoint`.
 #[derive(Clone, Debug, PartialEq)]

@@ -71,12 +71,10 @@ impl Ctx<'_> {
                 self.requeue = FAST;
             }
             // Killed from outside, and the kubelet's back-off (up to 5 min) would hold the job's
-            // output for longer than replacing the pod takes. Our runtime only: a Flink
-            // JobManager's pod is left to the kubelet and Flink's own recovery.
-            Some(p)
-                if p.killed_and_held_back
-                    && self.spec.engine == streamjob_crds::v1alpha1::EngineKind::Runtime =>
-            {
+            // output for longer than replacing the pod takes. Only for an engine that fences its
+            // runs (our runtime): a Flink JobManager's pod is left to the kubelet and Flink's own
+            // recovery.
+            Some(p) if p.killed_and_held_back && self.obs.runs_fenced => {
                 self.delete_pod(&active);
                 let msg = format!(
                     "runtime pod {active} was killed and the kubelet holds its restart back; replacing it (it resumes from the latest checkpoint at once)"

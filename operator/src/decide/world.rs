@@ -3,44 +3,15 @@
 
 use super::*;
 use streamjob_contract::plan::PlanReport;
+/// What a runtime reports, as the contract crate declares it (an engine adapter maps its own
+/// engine's answers onto these).
+pub use streamjob_contract::requests::SavepointProgress as SavepointState;
+pub use streamjob_contract::status::{JobStatus, RestoredFrom, RunState, Snapshot, SourceProblem};
 
 const EXIT_OK: i32 = exit::OK as i32;
 const EXIT_INVALID: i32 = exit::INVALID as i32;
 const EXIT_INCOMPATIBLE: i32 = exit::INCOMPATIBLE as i32;
 pub(super) const EXIT_SUPERSEDED: i32 = exit::SUPERSEDED as i32;
-
-/// Labels on everything the operator creates.
-pub const LABEL_JOB: &str = "streamjob.io/job";
-pub const LABEL_HASH: &str = "streamjob.io/spec-hash";
-pub const LABEL_ROLE: &str = "streamjob.io/role";
-pub const LABEL_MANAGED: &str = "app.kubernetes.io/managed-by";
-pub const MANAGER: &str = "streamjob-operator";
-
-/// What an operator-created pod is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PodRole {
-    Runtime,
-    Plan,
-    Dispose,
-}
-
-impl PodRole {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PodRole::Runtime => "runtime",
-            PodRole::Plan => "plan",
-            PodRole::Dispose => "dispose",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "runtime" => Some(PodRole::Runtime),
-            "plan" => Some(PodRole::Plan),
-            "dispose" => Some(PodRole::Dispose),
-            _ => None,
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PodPhase {
@@ -76,7 +47,7 @@ pub struct PodObs {
     pub message: Option<String>,
     pub ip: Option<String>,
     /// Its container was killed from outside and the kubelet holds its restart back for long
-    /// (`workers::killed_and_held_back`): replacing the pod is quicker.
+    /// (`engine::killed_and_held_back`): replacing the pod is quicker.
     pub killed_and_held_back: bool,
 }
 
@@ -158,12 +129,17 @@ pub struct Observed {
     /// The `streamjob.io/recovered-savepoint` annotation, if set.
     pub recovered_savepoint: Option<String>,
     /// Runtime (coordinator) pods as the worker planning sees them (`spec.workers`).
-    pub coordinators: Vec<crate::workers::CoordinatorObs>,
+    pub coordinators: Vec<CoordinatorObs>,
     /// Worker pods.
-    pub workers: Vec<crate::workers::WorkerObs>,
+    pub workers: Vec<WorkerObs>,
     /// Why the operator's own settings refuse the spec (`--pod-template-policy`), if they do:
     /// reported and handled like an invalid spec.
     pub refused_by_settings: Option<String>,
+    /// The engine fences its runs by epoch (our runtime): a replaced run, or one still running
+    /// on a node that stopped answering, commits nothing more. Only then does the decision
+    /// replace a killed run's pod at once and force-delete pods stuck on a lost node; otherwise
+    /// (a Flink cluster) they are left to the kubelet, and to a human. Set by the adapter.
+    pub runs_fenced: bool,
 }
 
 impl Observed {
@@ -179,6 +155,7 @@ impl Observed {
             coordinators: Vec::new(),
             workers: Vec::new(),
             refused_by_settings: None,
+            runs_fenced: false,
         }
     }
     pub fn pod(&self, name: &str) -> Option<&PodObs> {
@@ -353,10 +330,6 @@ pub fn savepoint_from_message(message: &str) -> Option<String> {
         })
         .filter(|p| !p.is_empty())
 }
-
-/// Annotation through which a human hands the operator the savepoint a stopped job wrote when
-/// the operator could not read it (the runtime exited before answering).
-pub const ANNOTATION_RECOVERED_SAVEPOINT: &str = "streamjob.io/recovered-savepoint";
 
 #[cfg(test)]
 mod tests {

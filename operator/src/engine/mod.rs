@@ -23,16 +23,20 @@ use streamjob_crds::v1alpha1::{StreamJob, StreamJobSpec};
 
 use crate::Result;
 use crate::decide::{Observed, RunPlan};
-use crate::resources::Owner;
+use crate::objects::Owner;
 
 pub mod flink;
-mod runtime;
+#[cfg(test)]
+mod hostile_pods;
+mod observe;
+pub mod runtime;
 mod select;
 
 pub use flink::FlinkEngine;
-pub use runtime::{RuntimeEngine, observe_pod};
-pub(crate) use runtime::{observe_objects, running_runs, spec_of_hash};
-pub use select::Engines;
+pub use observe::{killed_and_held_back, observe_pod, observe_workers};
+pub(crate) use observe::{log_tail, observe_objects, running_runs, spec_of_hash};
+pub use runtime::RuntimeEngine;
+pub use select::{Engines, peer_ports};
 
 /// The StreamJob an adapter works on, with what every call needs.
 pub struct JobScope<'a> {

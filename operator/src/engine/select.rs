@@ -4,9 +4,9 @@
 
 use streamjob_crds::v1alpha1::{EngineKind, StreamJobSpec};
 
+use super::runtime::control::ControlApi;
 use super::{Engine, FlinkEngine, JobScope, RuntimeEngine, SavepointOrder};
 use crate::Result;
-use crate::control::ControlApi;
 use crate::decide::{Observed, RunPlan};
 
 /// Our runtime and Apache Flink.
@@ -33,6 +33,15 @@ macro_rules! on {
 
 fn of(job: &JobScope<'_>) -> EngineKind {
     job.job.spec.engine
+}
+
+/// The ports a job's own pods connect to each other on, by engine: what the job's NetworkPolicy
+/// opens between them.
+pub fn peer_ports(engine: &EngineKind) -> &'static [u16] {
+    match engine {
+        EngineKind::Runtime => &super::runtime::PEER_PORTS,
+        EngineKind::Flink => &super::flink::cluster::PEER_PORTS,
+    }
 }
 
 fn of_spec(spec: &StreamJobSpec) -> EngineKind {

@@ -15,17 +15,18 @@ use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
 
 use crate::fuzz_loop::fuzz;
+use crate::objects::PodRole;
 use streamjob_crds::hash::deployment_hash;
 use streamjob_crds::v1alpha1::{
     CheckpointInfo, DeploymentStatus, JobState, PendingSavepoint, Phase, SavepointInfo,
     StartedFrom, StreamJobSpec, StreamJobStatus, UpgradeStatus, UpgradeStrategy,
 };
 
-use crate::control::{JobStatus, RestoredFrom, RunState, SavepointState, Snapshot, SourceProblem};
 use crate::decide::{
-    Action, Decision, JobRef, Kind, Observed, PlanResult, PodObs, PodPhase, PodRole, RuntimeObs,
-    Stage, Step, decide, legal, plan_result, savepoint_from_message,
+    Action, Decision, JobRef, Kind, Observed, PlanResult, PodObs, PodPhase, RuntimeObs, Stage,
+    Step, decide, legal, plan_result, savepoint_from_message,
 };
+use crate::decide::{JobStatus, RestoredFrom, RunState, SavepointState, Snapshot, SourceProblem};
 
 // ---------------------------------------------------------------------------------------------
 // The loop and byte mutations (the loop itself: fuzz_loop.rs, shared by every crate)

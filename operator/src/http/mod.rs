@@ -1,6 +1,6 @@
 //! One discipline for the operator's outbound HTTP: Flink's REST API
 //! ([`FlinkRest`](crate::engine::flink::rest::FlinkRest)) and our runtime's control API
-//! ([`HttpControl`](crate::control::HttpControl)). Both talk to pods that run a tenant's image,
+//! ([`HttpControl`](crate::engine::runtime::control::HttpControl)). Both talk to pods that run a tenant's image,
 //! and one operator serves every tenant, so whatever such a pod answers is hostile until read:
 //!
 //! - redirects are never followed ([`client`]): a 307 keeps method and body, so following it
@@ -51,6 +51,15 @@ impl fmt::Display for BodyError {
         match self {
             BodyError::TooLarge { max } => write!(f, "the answer exceeds {max} bytes"),
             BodyError::Read(e) => write!(f, "reading the answer: {}", describe(e)),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BodyError::TooLarge { .. } => None,
+            BodyError::Read(e) => Some(e),
         }
     }
 }
@@ -162,13 +171,10 @@ fn skip_escape(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
 
 /// Format characters that reorder or hide text (bidirectional overrides, zero-width marks): a
 /// status message must read as what it says.
-fn invisible(c: char) -> bool {
+pub(crate) fn invisible(c: char) -> bool {
     matches!(
         c,
         '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}'
             | '\u{feff}'
     )
 }
-
-#[cfg(test)]
-mod tests;

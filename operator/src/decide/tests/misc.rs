@@ -1,6 +1,7 @@
 //! Classification, plan results, names, reporting, the run-time guard, the docs diagram, workers.
 
 use super::*;
+use crate::objects::names::dispose_pod_name;
 
 #[test]
 fn classification() {
@@ -93,7 +94,7 @@ fn source_problems_degrade_the_job_with_a_bounded_message_and_lag_is_reported() 
     let mut j = js(RunState::Running, Some("s3://b/ck/clicks/6"));
     j.records_in_per_second = 1234.56;
     j.consumer_lag = Some(42);
-    j.problems = vec![crate::control::SourceProblem {
+    j.problems = vec![crate::decide::SourceProblem {
         uid: "clicks".into(),
         message: format!(
             "kafka: cannot read metadata from b:9092: BrokerTransportFailure{}",
@@ -187,6 +188,53 @@ fn an_undeclared_transition_is_refused_at_run_time() {
     assert_eq!(guard_transition(&old, ok, &observed).status, right);
 }
 
+/// The write-ahead rule at run time: a decision removing a run whose job is running, made on a
+/// persisted status that has not recorded its state, is refused whole, whatever produced it.
+#[test]
+fn removing_a_running_run_before_its_state_is_recorded_is_refused() {
+    let observed = world(100);
+    let decision = |status: &StreamJobStatus| Decision {
+        actions: vec![Action::Remove { name: OLD.into() }],
+        status: status.clone(),
+        events: Vec::new(),
+        requeue_after: Duration::from_secs(1),
+        outcome: None,
+        savepoints_completed: Vec::new(),
+    };
+    // idle, and mid-upgrade before the stop recorded a savepoint
+    let target = with_image("v2");
+    for old in [
+        running(),
+        with_upgrade(running(), "InPlace/Savepointing", &target, None),
+    ] {
+        let d = guard_transition(&old, decision(&old), &observed);
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        assert_eq!(d.events[0].reason, "IllegalTransition");
+        assert!(
+            d.events[0].message.contains("write-ahead rule"),
+            "{}",
+            d.events[0].message
+        );
+    }
+    // once a persisted Stopped records the savepoint, the old run may go
+    let stopped = with_upgrade(
+        running(),
+        "InPlace/Stopped",
+        &target,
+        Some("s3://b/sp/clicks/savepoint-1"),
+    );
+    let d = guard_transition(&stopped, decision(&stopped), &observed);
+    assert_eq!(d.actions, [Action::Remove { name: OLD.into() }]);
+    // a run whose job is not running (failed, standby) holds no unrecorded state
+    let mut failed = world(100);
+    failed.runtime = vec![(
+        OLD.into(),
+        RuntimeObs::Status(Box::new(js(RunState::Failed, None))),
+    )];
+    let d = guard_transition(&running(), decision(&running()), &failed);
+    assert_eq!(d.actions.len(), 1);
+}
+
 /// docs/upgrades.md carries the declared machine verbatim, so code and docs cannot drift.
 /// `STREAMJOB_BLESS=1 cargo test … docs_show_the_declared_machine` rewrites the block.
 #[test]
@@ -216,7 +264,7 @@ fn docs_show_the_declared_machine() {
 /// a worker of a replaced coordinator is deleted, next to whatever the upgrade does.
 #[test]
 fn workers_follow_their_coordinators_in_the_decision() {
-    use crate::workers::{CoordinatorObs, WorkerObs};
+    use crate::decide::{CoordinatorObs, WorkerObs};
     let mut o = world(110);
     o.coordinators = vec![CoordinatorObs {
         name: OLD.into(),
@@ -310,7 +358,9 @@ flink:
     st.deployment.as_mut().unwrap().spec_hash = hash(&flink);
     st.last_stable_spec_hash = Some(hash(&flink));
     st.last_stable_spec = Some(serde_json::to_string(&flink).unwrap());
-    let d = run(&flink, &st, &stuck_world(wait + 1));
+    let mut unfenced = stuck_world(wait + 1);
+    unfenced.runs_fenced = false; // as the Flink adapter observes
+    let d = run(&flink, &st, &unfenced);
     assert!(
         !force_removed(&d),
         "a Flink pod is not fenced: {:?}",

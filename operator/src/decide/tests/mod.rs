@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::control::{RestoredFrom, Snapshot};
+use crate::decide::{RestoredFrom, Snapshot};
 use streamjob_crds::v1alpha1::{StreamJob, UpgradeMode, UpgradeStrategy};
 
 const JOB: &str = "clicks";
@@ -107,6 +107,7 @@ fn pod(name: &str, phase: PodPhase) -> PodObs {
 /// World with pod OLD running a healthy job.
 fn world(now: i64) -> Observed {
     let mut o = Observed::new(t(now));
+    o.runs_fenced = true;
     o.generation = Some(2);
     o.pods.push(pod(OLD, PodPhase::Running));
     o.runtime.push((
@@ -574,6 +575,7 @@ fn switched(target: &StreamJobSpec, stage: &str) -> StreamJobStatus {
 
 fn new_world(now: i64, state: RunState, ck: Option<&str>) -> Observed {
     let mut o = Observed::new(t(now));
+    o.runs_fenced = true;
     o.pods.push(pod(NEW, PodPhase::Running));
     let mut j = js(state, ck);
     j.restored_from = Some(RestoredFrom {

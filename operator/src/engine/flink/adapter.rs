@@ -20,14 +20,16 @@ use kube::api::{Api, DeleteParams, PostParams};
 use streamjob_crds::hash::deployment_hash;
 use streamjob_crds::v1alpha1::{StreamJobSpec, UpgradeMode};
 
+use super::FlinkError;
 use super::cluster::REST_PORT;
 use super::conf::{CONFIG_KEY, LOG_CONFIG, LOG_CONFIG_KEY};
 use super::plan::{self, cluster_plan, job_id};
 use super::rest::{FlinkRest, trigger_id};
 use crate::api::{ignore_conflict, ignore_missing};
-use crate::decide::{self, MANAGER, Observed, RunPlan};
+use crate::decide::{Observed, RunPlan};
 use crate::engine::{Engine, JobScope, SavepointOrder, check_deadline_secs, spec_of_hash};
-use crate::resources;
+use crate::objects::MANAGER;
+use crate::objects::names::{config_name, dispose_pod_name};
 use crate::{Error, Result};
 
 /// Apache Flink, driven over each JobManager's REST API.
@@ -54,7 +56,7 @@ impl FlinkEngine {
         let ip = observed
             .pod(run)
             .and_then(|p| p.ip.clone())
-            .ok_or_else(|| Error::Control(format!("JobManager pod {run} has no IP")))?;
+            .ok_or_else(|| Error::NoAddress { pod: run.into() })?;
         Ok(self.rest(&ip))
     }
 }
@@ -80,7 +82,7 @@ async fn create_pod(job: &JobScope<'_>, pod: Pod) -> Result<()> {
 
 /// The spec of version `hash`: the job's own, or the one its ConfigMap recorded.
 async fn spec_of(job: &JobScope<'_>, hash: &str) -> Result<StreamJobSpec> {
-    let current = deployment_hash(&job.job.spec).map_err(|e| Error::Serialize(e.to_string()))?;
+    let current = deployment_hash(&job.job.spec).map_err(Error::Hash)?;
     if current == hash {
         Ok(job.job.spec.clone())
     } else {
@@ -103,7 +105,7 @@ impl Engine for FlinkEngine {
         if observed.config_hashes.contains(hash) {
             return Ok(());
         }
-        let mut cm = resources::config_map(job.owner, hash, spec)?;
+        let mut cm = crate::objects::config_map(job.owner, hash, spec)?;
         let conf = cluster_plan(job.owner, "", hash, spec, None)?.config_yaml();
         let data = cm.data.get_or_insert_default();
         data.insert(CONFIG_KEY.to_string(), conf);
@@ -114,7 +116,7 @@ impl Engine for FlinkEngine {
 
     async fn retire_version(&self, job: &JobScope<'_>, hash: &str) -> Result<()> {
         let cms: Api<ConfigMap> = Api::namespaced(job.client.clone(), &job.owner.namespace);
-        let name = decide::config_name(&job.owner.name, hash);
+        let name = config_name(&job.owner.name, hash);
         ignore_missing(cms.delete(&name, &DeleteParams::default()).await)
     }
 
@@ -223,9 +225,7 @@ impl Engine for FlinkEngine {
         _from_savepoint: Option<&str>,
         _epoch: u64,
     ) -> Result<()> {
-        Err(Error::Control(format!(
-            "run {run}: a Flink cluster has no standby to start (Flink jobs upgrade InPlace)"
-        )))
+        Err(FlinkError::NoStandby { run: run.into() }.into())
     }
 
     async fn cancel(&self, _job: &JobScope<'_>, observed: &Observed, run: &str) {
@@ -240,8 +240,8 @@ impl Engine for FlinkEngine {
     }
 
     async fn dispose(&self, job: &JobScope<'_>, paths: &[String]) -> Result<String> {
-        let hash = deployment_hash(&job.job.spec).map_err(|e| Error::Serialize(e.to_string()))?;
-        let name = decide::dispose_pod_name(&job.owner.name, paths);
+        let hash = deployment_hash(&job.job.spec).map_err(Error::Hash)?;
+        let name = dispose_pod_name(&job.owner.name, paths);
         let pod = plan::dispose_pod(
             job.owner,
             &name,

@@ -24,9 +24,12 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use streamjob_crds::pod_template::PodTemplate;
 
 use super::conf::{conf_dir_env, conf_mount, conf_volume};
-use crate::decide::{LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, PodRole};
-use crate::resources::template::{FLINK_MAIN_CONTAINER, with_pod_template};
-use crate::workers::{ANNOTATION_COORDINATOR_UID, LABEL_COORDINATOR, ROLE_WORKER, worker_name};
+use crate::objects::names::worker_name;
+use crate::objects::template::{FLINK_MAIN_CONTAINER, with_pod_template};
+use crate::objects::{
+    ANNOTATION_COORDINATOR_UID, LABEL_COORDINATOR, LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, PodRole,
+    ROLE_WORKER,
+};
 
 /// Flink's ports, the same in every cluster (each pod has its own IP).
 pub const REST_PORT: u16 = 8081;
@@ -52,7 +55,7 @@ pub const FLINK_USER: i64 = 9999;
 /// Label telling JobManager and TaskManager pods apart.
 pub const LABEL_COMPONENT: &str = "streamjob.io/flink-component";
 /// Annotation of a JobManager pod: the TaskManagers it expects (its workers).
-pub use crate::workers::ANNOTATION_WORKERS as ANNOTATION_TASK_MANAGERS;
+pub use crate::objects::ANNOTATION_WORKERS as ANNOTATION_TASK_MANAGERS;
 
 /// Memory and CPU of one JobManager or TaskManager pod.
 #[derive(Clone, Debug, PartialEq, Eq)]

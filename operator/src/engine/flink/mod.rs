@@ -60,4 +60,7 @@ pub enum FlinkError {
     /// A Flink version the engine does not run.
     #[error("{0}")]
     Version(String),
+    /// Asked to start a standby run: Flink jobs upgrade in place, a cluster never waits.
+    #[error("run {run}: a Flink cluster has no standby to start (Flink jobs upgrade InPlace)")]
+    NoStandby { run: String },
 }

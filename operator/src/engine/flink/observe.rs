@@ -11,10 +11,11 @@ use super::FlinkEngine;
 use super::plan::job_id;
 use super::precheck::parse_verdict;
 use super::rest::{CheckpointRef, FlinkRest, JobOverview, Operation};
-use crate::control::{JobStatus, SavepointState};
-use crate::decide::{Observed, PodPhase, PodRole, RuntimeObs};
+use crate::Result;
+use crate::decide::{JobStatus, SavepointState};
+use crate::decide::{Observed, PodPhase, RuntimeObs};
 use crate::engine::{JobScope, observe_objects, running_runs};
-use crate::{Error, Result};
+use crate::objects::PodRole;
 
 pub(super) async fn observe(engine: &FlinkEngine, scope: &JobScope<'_>) -> Result<Observed> {
     let job = scope.job;
@@ -153,9 +154,7 @@ pub(super) fn plan_report(message: &str) -> String {
         reasons,
         omitted: 0,
     };
-    serde_json::to_string(&report)
-        .map_err(|e| Error::Serialize(e.to_string()))
-        .unwrap_or_else(|_| message.to_string())
+    serde_json::to_string(&report).unwrap_or_else(|_| message.to_string())
 }
 
 #[cfg(test)]

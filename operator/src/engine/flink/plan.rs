@@ -14,9 +14,10 @@ use super::FlinkError;
 use super::cluster::{ClusterPlan, PodResources, flink_user, image_security_context};
 use super::conf::{conf_dir_env, conf_mount, conf_volume};
 use super::precheck::CheckRequest;
-use crate::decide::{self, PodRole};
-use crate::resources::Owner;
-use crate::resources::template::{FLINK_MAIN_CONTAINER, with_pod_template};
+use crate::objects::env::storage_env;
+use crate::objects::names::config_name;
+use crate::objects::template::{FLINK_MAIN_CONTAINER, with_pod_template};
+use crate::objects::{Owner, PodRole, labels};
 
 /// Where the check pod's init container puts the checker (and where `flink-check` runs from).
 pub const CHECKER_MOUNT: &str = "/opt/streamjob/checker";
@@ -75,9 +76,9 @@ pub fn cluster_plan(
         .unwrap_or_else(|| format!("{}/savepoints", spec.checkpoints.dir.trim_end_matches('/')));
     Ok(ClusterPlan {
         name: run.to_string(),
-        config_map: decide::config_name(&owner.name, hash),
+        config_map: config_name(&owner.name, hash),
         namespace: owner.namespace.clone(),
-        labels: crate::resources::labels(&owner.name, None, Some(hash)),
+        labels: labels(&owner.name, None, Some(hash)),
         owner: Some(owner.reference()),
         image: spec.image.clone(),
         image_pull_policy: spec.image_pull_policy.clone(),
@@ -102,7 +103,7 @@ pub fn cluster_plan(
         max_parallelism: spec.max_parallelism,
         configuration: configuration(spec, flink),
         pod_template: spec.pod_template.clone(),
-        storage_env: crate::resources::storage_env(spec),
+        storage_env: storage_env(spec),
     })
 }
 
@@ -251,7 +252,7 @@ fn checker_pod(
         // savepoint as the job would
         env: Some(
             std::iter::once(conf_dir_env())
-                .chain(crate::resources::storage_env(spec))
+                .chain(storage_env(spec))
                 .collect(),
         ),
         volume_mounts: Some(vec![mount, conf_mount()]),
@@ -279,7 +280,7 @@ fn checker_pod(
                 ..Default::default()
             },
             // optional: a dispose pod may outlive the version's ConfigMap
-            conf_volume(&decide::config_name(&owner.name, place.hash), true),
+            conf_volume(&config_name(&owner.name, place.hash), true),
         ]),
         security_context: Some(flink_user()),
         ..Default::default()
@@ -375,7 +376,7 @@ flink:
         assert_eq!(labels["streamjob.io/role"], "worker");
         assert_eq!(labels["streamjob.io/coordinator"], "clicks-abc");
         // what the worker planning reads
-        let (coordinators, workers) = crate::workers::observe(&[jm, tm]);
+        let (coordinators, workers) = crate::engine::observe_workers(&[jm, tm]);
         assert_eq!(coordinators[0].workers, 2);
         assert_eq!(workers[0].coordinator_uid, "jm-uid");
     }

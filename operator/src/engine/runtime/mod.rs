@@ -10,18 +10,23 @@ use kube::api::{Api, DeleteParams, PostParams};
 use streamjob_crds::hash::deployment_hash;
 use streamjob_crds::v1alpha1::StreamJobSpec;
 
-use super::{Engine, JobScope, SavepointOrder, check_deadline_secs};
+use super::{Engine, JobScope, SavepointOrder, check_deadline_secs, spec_of_hash};
 use crate::api::{ignore_conflict, ignore_missing};
-use crate::control::{ControlApi, Endpoint, SavepointRequest};
-use crate::decide::{self, MANAGER, Observed, RunPlan};
-use crate::resources;
-use crate::workers;
+use crate::decide::{Observed, RunPlan};
+use crate::objects::names::{config_name, dispose_pod_name, worker_name};
+use crate::objects::{MANAGER, config_map};
 use crate::{Error, Result};
+use control::{ControlApi, Endpoint, SavepointRequest};
+use streamjob_contract::process::{CLUSTER_PORT, DATA_PORT};
 
+/// The ports our runtime's pods connect to each other on (coordinator's worker registry,
+/// workers' data port).
+pub const PEER_PORTS: [u16; 2] = [CLUSTER_PORT, DATA_PORT];
+
+pub mod control;
 mod observe;
-
-pub use observe::observe_pod;
-pub(crate) use observe::{observe_objects, running_runs, spec_of_hash};
+mod pods;
+mod workers;
 
 /// Our runtime, driven over its control API.
 pub struct RuntimeEngine<C: ControlApi> {
@@ -53,13 +58,13 @@ impl<C: ControlApi> RuntimeEngine<C> {
         let ip = observed
             .pod(pod)
             .and_then(|p| p.ip.clone())
-            .ok_or_else(|| Error::Control(format!("pod {pod} has no IP")))?;
+            .ok_or_else(|| Error::NoAddress { pod: pod.into() })?;
         Ok(Endpoint::new(&ip, self.control_port, token))
     }
 
     async fn create_pod(&self, job: &JobScope<'_>, pod: Pod) -> Result<()> {
         let pods: Api<Pod> = Api::namespaced(job.client.clone(), &job.owner.namespace);
-        let pod = resources::with_default_resources(pod, self.runtime_resources.as_ref());
+        let pod = pods::with_default_resources(pod, self.runtime_resources.as_ref());
         ignore_conflict(pods.create(&post_params(), &pod).await)
     }
 }
@@ -79,10 +84,7 @@ fn config_maps(job: &JobScope<'_>) -> Api<ConfigMap> {
 async fn ensure_config(job: &JobScope<'_>, hash: &str, spec: &StreamJobSpec) -> Result<()> {
     ignore_conflict(
         config_maps(job)
-            .create(
-                &post_params(),
-                &resources::config_map(job.owner, hash, spec)?,
-            )
+            .create(&post_params(), &config_map(job.owner, hash, spec)?)
             .await,
     )
 }
@@ -106,7 +108,7 @@ impl<C: ControlApi> Engine for RuntimeEngine<C> {
     }
 
     async fn retire_version(&self, job: &JobScope<'_>, hash: &str) -> Result<()> {
-        let name = decide::config_name(&job.owner.name, hash);
+        let name = config_name(&job.owner.name, hash);
         ignore_missing(
             config_maps(job)
                 .delete(&name, &DeleteParams::default())
@@ -116,11 +118,8 @@ impl<C: ControlApi> Engine for RuntimeEngine<C> {
 
     async fn deploy(&self, job: &JobScope<'_>, run: &RunPlan) -> Result<()> {
         tracing::info!(pod = %run.name, from = ?run.from_savepoint, standby = run.standby, "creating runtime pod");
-        self.create_pod(
-            job,
-            resources::runtime_pod(job.owner, run, self.control_port),
-        )
-        .await
+        self.create_pod(job, pods::runtime_pod(job.owner, run, self.control_port))
+            .await
     }
 
     async fn add_worker(
@@ -134,15 +133,14 @@ impl<C: ControlApi> Engine for RuntimeEngine<C> {
             return Ok(());
         };
         // the coordinator's own spec: an older one during a Shadow upgrade
-        let current =
-            deployment_hash(&job.job.spec).map_err(|e| Error::Serialize(e.to_string()))?;
+        let current = deployment_hash(&job.job.spec).map_err(Error::Hash)?;
         let spec = if c.hash == current {
             job.job.spec.clone()
         } else {
-            observe::spec_of_hash(job.client, job.owner, &c.hash).await?
+            spec_of_hash(job.client, job.owner, &c.hash).await?
         };
         if let Some(pod) = workers::worker_pod(job.owner, c, index, &spec) {
-            tracing::info!(worker = %workers::worker_name(run, index), coordinator = %run, "creating worker pod");
+            tracing::info!(worker = %worker_name(run, index), coordinator = %run, "creating worker pod");
             self.create_pod(job, pod).await?;
         }
         Ok(())
@@ -164,7 +162,7 @@ impl<C: ControlApi> Engine for RuntimeEngine<C> {
     ) -> Result<()> {
         let deadline = check_deadline_secs(spec);
         tracing::info!(pod = %name, %from, "creating plan pod");
-        let pod = resources::plan_pod(job.owner, name, hash, spec, from, deadline);
+        let pod = pods::plan_pod(job.owner, name, hash, spec, from, deadline);
         self.create_pod(job, pod).await
     }
 
@@ -209,10 +207,10 @@ impl<C: ControlApi> Engine for RuntimeEngine<C> {
     }
 
     async fn dispose(&self, job: &JobScope<'_>, paths: &[String]) -> Result<String> {
-        let hash = deployment_hash(&job.job.spec).map_err(|e| Error::Serialize(e.to_string()))?;
+        let hash = deployment_hash(&job.job.spec).map_err(Error::Hash)?;
         ensure_config(job, &hash, &job.job.spec).await?;
-        let name = decide::dispose_pod_name(&job.owner.name, paths);
-        let pod = resources::dispose_pod(job.owner, &name, &hash, &job.job.spec, paths);
+        let name = dispose_pod_name(&job.owner.name, paths);
+        let pod = pods::dispose_pod(job.owner, &name, &hash, &job.job.spec, paths);
         self.create_pod(job, pod).await?;
         Ok(name)
     }

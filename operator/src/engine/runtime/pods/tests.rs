@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 use super::*;
+use crate::objects::{LABEL_HASH, LABEL_JOB, LABEL_ROLE, config_map, selector, token_secret};
 use k8s_openapi::api::core::v1::{PodTemplateSpec, ResourceRequirements};
 use streamjob_crds::v1alpha1::StreamJob;
 

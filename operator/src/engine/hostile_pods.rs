@@ -1,5 +1,6 @@
-//! Both clients against hostile servers on loopback (tokio listeners, no HTTP library): bodies
-//! without end, redirects to a canary, answers dripped a byte at a time; and the sanitiser.
+//! Both clients of a tenant's pods ([`crate::http`]: our runtime's control API, Flink's REST
+//! API) against hostile servers on loopback (tokio listeners, no HTTP library): bodies without
+//! end, redirects to a canary, answers dripped a byte at a time; and the sanitiser.
 #![allow(clippy::unwrap_used)]
 
 use std::io::ErrorKind;
@@ -11,10 +12,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-use super::*;
-use crate::control::{ControlApi, Endpoint, HttpControl, SavepointRequest};
 use crate::engine::flink::FlinkError;
 use crate::engine::flink::rest::FlinkRest;
+use crate::engine::runtime::control::{ControlApi, Endpoint, HttpControl, SavepointRequest};
+use crate::http::*;
 
 const SECOND: Duration = Duration::from_secs(1);
 /// Bounds a hostile server's misbehaviour, far above what the client may read: what the client

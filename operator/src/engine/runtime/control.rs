@@ -10,24 +10,50 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use streamjob_contract::requests::StartRequest;
 
+use crate::Result;
 use crate::http::{self, QUOTE_CHARS, sanitize_remote};
-use crate::{Error, Result};
 
 /// The most the operator reads of one control API answer. A status is a few KiB; a runtime that
 /// sends more is broken or hostile, and one operator serves every job of the cluster.
 pub use crate::http::MAX_ANSWER_BYTES;
 
+/// What went wrong talking to a runtime pod. Texts that come from the pod (its refusal, what
+/// was wrong with its answer) are sanitised and length-capped: the pod runs a tenant's image.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("cannot build HTTP client: {}", http::describe(.0))]
+    Client(#[source] reqwest::Error),
+    /// No answer (the causes spelled out: "operation timed out").
+    #[error("request failed: {}", http::describe(.0))]
+    Request(#[source] reqwest::Error),
+    /// The runtime answered with an error status (or a redirect, never followed).
+    #[error("runtime answered {status}: {body}")]
+    Refused {
+        status: reqwest::StatusCode,
+        body: String,
+    },
+    /// The answer could not be read (too large, cut off).
+    #[error("{0}")]
+    Body(#[source] http::BodyError),
+    /// The answer is not what the contract says (serde's message, sanitised: it can quote the
+    /// answer).
+    #[error("bad {what} body: {detail}")]
+    Decode { what: String, detail: String },
+    #[error("savepoint reported completed without a path")]
+    CompletedWithoutPath,
+}
+
 /// The JSON body of `resp` (at most [`MAX_ANSWER_BYTES`]); `what` names the call in errors.
 async fn read_json<T: DeserializeOwned>(resp: reqwest::Response, what: &str) -> Result<T> {
     let body = http::read_capped(resp, MAX_ANSWER_BYTES)
         .await
-        .map_err(|e| Error::Control(e.to_string()))?;
-    // serde's message can quote the answer
+        .map_err(ControlError::Body)?;
     serde_json::from_slice(&body).map_err(|e| {
-        Error::Control(format!(
-            "bad {what} body: {}",
-            sanitize_remote(&e.to_string(), QUOTE_CHARS)
-        ))
+        ControlError::Decode {
+            what: what.to_string(),
+            detail: sanitize_remote(&e.to_string(), QUOTE_CHARS),
+        }
+        .into()
     })
 }
 
@@ -39,9 +65,9 @@ pub use streamjob_contract::status::{JobStatus, RestoredFrom, RunState, Snapshot
 /// the runtime's text, quoted in status.
 fn checked(progress: SavepointState) -> Result<SavepointState> {
     match progress {
-        SavepointState::Completed { path } if path.is_empty() => Err(Error::Control(
-            "savepoint reported completed without a path".into(),
-        )),
+        SavepointState::Completed { path } if path.is_empty() => {
+            Err(ControlError::CompletedWithoutPath.into())
+        }
         SavepointState::Failed { error } => Ok(SavepointState::Failed {
             error: sanitize_remote(&error, QUOTE_CHARS),
         }),
@@ -119,24 +145,19 @@ pub struct HttpControl {
 impl HttpControl {
     /// `timeout` bounds connecting and each whole call, the answer included.
     pub fn new(timeout: Duration) -> Result<Self> {
-        let client = http::client(timeout, timeout).map_err(|e| {
-            Error::Control(format!("cannot build HTTP client: {}", http::describe(&e)))
-        })?;
+        let client = http::client(timeout, timeout).map_err(ControlError::Client)?;
         Ok(Self { client })
     }
 
     /// Sends `req`; anything but a 2xx is an error (a redirect is not followed).
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response> {
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| Error::Control(format!("request failed: {}", http::describe(&e))))?;
+        let resp = req.send().await.map_err(ControlError::Request)?;
         let status = resp.status();
         if status.is_success() {
             Ok(resp)
         } else {
             let body = sanitize_remote(&http::refusal(resp).await, QUOTE_CHARS);
-            Err(Error::Control(format!("runtime answered {status}: {body}")))
+            Err(ControlError::Refused { status, body }.into())
         }
     }
 }
@@ -256,7 +277,12 @@ mod tests {
     fn savepoint_states() {
         let parse = |s: &str| {
             serde_json::from_str::<SavepointState>(s)
-                .map_err(|e| Error::Control(e.to_string()))
+                .map_err(|e| {
+                    crate::Error::from(ControlError::Decode {
+                        what: "savepoint".into(),
+                        detail: e.to_string(),
+                    })
+                })
                 .and_then(checked)
         };
         assert_eq!(

@@ -14,6 +14,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use streamjob_crds::pod_template::PodTemplate;
 
+/// Our runtime's container in every pod of its image (a podTemplate container of this name is
+/// merged into it).
+pub const RUNTIME_CONTAINER: &str = "runtime";
+
 /// The template container merged into the Flink containers (JobManager, TaskManager, check):
 /// the name the Flink Kubernetes Operator uses, so its users' templates carry over.
 pub const FLINK_MAIN_CONTAINER: &str = "flink-main-container";
