@@ -1,10 +1,10 @@
 //! Every store a path may name, declared once: its URL schemes and the credential variables the
 //! operator injects from the user's Secrets (`spec.storage`) and the storage layer reads. The CRD's
 //! CEL rules on path fields ([`path_rule`], [`sink_path_rule`]), the Rust validation
-//! (`validation::known_store`), the storage layer's refusals (`streamjob-filesink`'s registry)
+//! (`validation::known_store`), the storage layer's refusals (`streamjob-storage`'s registry)
 //! and the variables the operator sets (`operator/src/objects/env.rs`) all read this table.
 //!
-//! Adding a store: a row here, its client in `filesink/src/store/` (the registry's `parse` and a
+//! Adding a store: a row here, its client in `storage/src/store/` (the registry's `parse` and a
 //! test that every scheme here parses), its settings in `spec.storage` (`v1alpha1.rs`), then
 //! `cargo xtask generate`.
 

@@ -145,8 +145,8 @@ pub struct MultipartUploadInfo {
     pub initiated: String,
 }
 
-use streamjob_filesink::s3_api;
-pub use streamjob_filesink::s3_api::uri_encode;
+use streamjob_storage::s3_api;
+pub use streamjob_storage::s3_api::uri_encode;
 
 impl S3Endpoint {
     /// A SigV4-signed request without body (path-style). `path` is the already URI-encoded

@@ -57,7 +57,7 @@ use std::sync::Arc;
 
 use streamjob_e2e::binaries::Binaries;
 use streamjob_e2e::store::{Minio, MinioOptions, S3Endpoint, S3Server};
-use streamjob_filesink::Store;
+use streamjob_storage::Store;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -256,7 +256,7 @@ impl Target {
 
     /// The bucket through the storage layer, with the test's credentials.
     fn store(&self) -> Arc<dyn Store> {
-        use streamjob_filesink::store::CloudStore;
+        use streamjob_storage::store::CloudStore;
         match self {
             Target::S3(s3) => {
                 let client = object_store::aws::AmazonS3Builder::new()
@@ -273,7 +273,7 @@ impl Target {
             Target::Gcs { .. } => {
                 let spec: streamjob_crds::v1alpha1::StorageSpec =
                     serde_yaml_ng::from_str(&format!("{{{}}}", self.storage_yaml())).unwrap();
-                streamjob_filesink::store::open_store(&self.root(), Some(&spec)).unwrap()
+                streamjob_storage::store::open_store(&self.root(), Some(&spec)).unwrap()
             }
             Target::Azure { url } => {
                 let client = object_store::azure::MicrosoftAzureBuilder::new()
@@ -287,13 +287,13 @@ impl Target {
                 Arc::new(CloudStore::azure(client, BUCKET, ""))
             }
             Target::Hdfs { .. } => {
-                streamjob_filesink::store::open_store(&self.root(), None).unwrap()
+                streamjob_storage::store::open_store(&self.root(), None).unwrap()
             }
         }
     }
 
     /// Every object under `prefix`, sorted by key.
-    async fn list(&self, prefix: &str) -> Vec<streamjob_filesink::store::ObjectInfo> {
+    async fn list(&self, prefix: &str) -> Vec<streamjob_storage::store::ObjectInfo> {
         self.store().list(prefix).await.unwrap()
     }
 
@@ -952,7 +952,7 @@ async fn exactly_once(
     target: &Target,
     prefix: &str,
     dir: &Path,
-) -> (Vec<streamjob_filesink::store::ObjectInfo>, usize, u64, u64) {
+) -> (Vec<streamjob_storage::store::ObjectInfo>, usize, u64, u64) {
     // every record in exactly one finished file, with the generator's key and value
     let store = target.store();
     let objects = store.list(prefix).await.unwrap();
@@ -1012,7 +1012,7 @@ async fn no_uploads_left(
     target: &Target,
     prefix: &str,
     recorded: &BTreeMap<String, String>,
-    objects: &[streamjob_filesink::store::ObjectInfo],
+    objects: &[streamjob_storage::store::ObjectInfo],
 ) {
     // uploads: no marker left, nothing the sink recorded still open
     let markers_left = recorded_uploads(target, prefix).await;

@@ -19,8 +19,8 @@ use streamjob_crds::v1alpha1::{
     BucketAssignerSpec, CsvFormat, EmptySpec, FileSinkSpec, ParquetFormat, RowCompression,
     RowFormat, SinkFormat,
 };
-use streamjob_filesink::store::{CloudStore, LocalStore, Store};
 use streamjob_filesink::{FileSink, FileSinkOptions};
+use streamjob_storage::store::{CloudStore, LocalStore, Store};
 
 #[path = "../../tools/emulators/launch.rs"]
 mod emulators;
@@ -204,7 +204,7 @@ fn minio_bin() -> Option<std::path::PathBuf> {
 }
 
 async fn create_bucket(endpoint: &str, bucket: &str) -> bool {
-    use streamjob_filesink::s3_api;
+    use streamjob_storage::s3_api;
     let req = s3_api::request(
         &reqwest::Client::new(),
         reqwest::Method::PUT,
@@ -303,7 +303,7 @@ async fn main() {
         ..Default::default()
     };
     let open_gcs = |prefix: &str| {
-        streamjob_filesink::store::open_store(&format!("gs://bench/{prefix}"), Some(&storage))
+        streamjob_storage::store::open_store(&format!("gs://bench/{prefix}"), Some(&storage))
             .unwrap()
     };
     bench_store("gcs", &open_gcs, &formats, &input, records).await;

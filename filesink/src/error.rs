@@ -1,8 +1,6 @@
-//! The crate's single error type.
+//! The file sink's error: its own failures, and the storage layer's.
 
-use std::time::Duration;
-
-/// Everything that can go wrong in the file sink and its stores.
+/// Everything that can go wrong in the file sink.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The sink's manifest section is inconsistent or unsupported.
@@ -13,50 +11,17 @@ pub enum Error {
     #[error(transparent)]
     Units(#[from] streamjob_crds::Error),
 
-    /// An object store request failed.
-    #[error("store {op} {path}: {source}")]
-    Store {
-        op: &'static str,
-        path: String,
-        /// The client already retried it for the whole retry budget (S3 through object_store).
-        retried: bool,
-        #[source]
-        source: object_store::Error,
-    },
+    /// A store call failed.
+    #[error(transparent)]
+    Storage(#[from] streamjob_storage::Error),
 
-    /// A local file system operation failed.
-    #[error("file system {op} {path}: {source}")]
+    /// Compressing or encoding in memory failed.
+    #[error("{op} {path}: {source}")]
     Io {
         op: &'static str,
         path: String,
         #[source]
         source: std::io::Error,
-    },
-
-    /// An HDFS call failed.
-    #[error("hdfs {op} {path}: {message}")]
-    Hdfs {
-        op: &'static str,
-        path: String,
-        /// I/O and data transfer errors (retryable).
-        transient: bool,
-        message: String,
-    },
-
-    /// The object or file does not exist (HDFS; S3 and local files report it through their own
-    /// variants, see [`Error::is_not_found`]).
-    #[error("{op} {path}: not found")]
-    NotFound { op: &'static str, path: String },
-
-    /// The store does not offer this operation (for example multipart uploads on a local disk).
-    #[error("store {store} does not support {op}")]
-    Unsupported { store: String, op: &'static str },
-
-    /// No connection slot became free within the configured timeout.
-    #[error("timed out after {timeout:?} waiting for a free {kind} connection")]
-    ConnectionTimeout {
-        timeout: Duration,
-        kind: &'static str,
     },
 
     /// Encoding records failed.
@@ -80,49 +45,25 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// Whether retrying the same request may succeed (5xx, timeouts, connection errors).
+    /// Whether retrying the same request may succeed (a transient store error).
     pub fn is_transient(&self) -> bool {
-        match self {
-            Error::Store { source, .. } => !matches!(
-                source,
-                object_store::Error::NotFound { .. }
-                    | object_store::Error::AlreadyExists { .. }
-                    | object_store::Error::Precondition { .. }
-                    | object_store::Error::NotSupported { .. }
-                    | object_store::Error::NotImplemented { .. }
-                    | object_store::Error::InvalidPath { .. }
-                    | object_store::Error::PermissionDenied { .. }
-                    | object_store::Error::Unauthenticated { .. }
-                    | object_store::Error::UnknownConfigurationKey { .. }
-            ),
-            Error::Io { source, .. } => matches!(
-                source.kind(),
-                std::io::ErrorKind::Interrupted
-                    | std::io::ErrorKind::TimedOut
-                    | std::io::ErrorKind::WouldBlock
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::ConnectionRefused
-            ),
-            Error::ConnectionTimeout { .. } => true,
-            Error::Hdfs { transient, .. } => *transient,
-            _ => false,
-        }
+        matches!(self, Error::Storage(e) if e.is_transient())
+    }
+
+    /// Whether [`streamjob_storage::retry::retry`] should try again: a store error worth
+    /// retrying here.
+    pub fn retry_here(&self) -> bool {
+        matches!(self, Error::Storage(e) if e.retry_here())
     }
 
     /// Whether the object (or file) the call needed does not exist.
     pub fn is_not_found(&self) -> bool {
-        match self {
-            Error::Store { source, .. } => matches!(source, object_store::Error::NotFound { .. }),
-            Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
-            Error::NotFound { .. } => true,
-            _ => false,
-        }
+        matches!(self, Error::Storage(e) if e.is_not_found())
     }
+}
 
-    /// Whether [`crate::retry::retry`] should try again: transient, and not already retried by
-    /// the store's client (retries in one place, never nested).
-    pub fn retry_here(&self) -> bool {
-        self.is_transient() && !matches!(self, Error::Store { retried: true, .. })
+impl streamjob_storage::retry::RetryHere for Error {
+    fn retry_here(&self) -> bool {
+        Error::retry_here(self)
     }
 }

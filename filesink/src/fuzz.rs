@@ -12,8 +12,8 @@ use proptest::sample::Index;
 use crate::fuzz_loop::fuzz;
 
 use crate::bucket::parse_timezone;
-use crate::s3_api::{parse_uploads, uri_encode};
 use crate::sink::{STATE_VERSION, SinkSubtaskState, max_next_counter, redistribute};
+use streamjob_storage::s3_api::{parse_uploads, uri_encode};
 
 // ---------------------------------------------------------------------------------------------
 // The loop (the loop itself: fuzz_loop.rs, shared by every crate)

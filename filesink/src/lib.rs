@@ -86,18 +86,15 @@ mod fuzz;
 #[cfg(test)]
 #[path = "../../crds/src/fuzz_loop.rs"]
 mod fuzz_loop;
-#[cfg(feature = "hdfs")]
-pub mod hdfs;
 pub mod part;
-pub mod retry;
 pub mod rolling;
-pub mod s3_api;
 pub mod sink;
-pub mod store;
 
 pub use error::{Error, Result};
 pub use sink::{
     FileSink, FileSinkOptions, InProgressFile, PendingFile, SinkMetrics, SinkSubtaskState,
     max_next_counter, redistribute,
 };
-pub use store::{Store, open_store};
+pub use streamjob_storage::{Store, open_store};
+/// The storage layer the sink writes through (crate `streamjob-storage`).
+pub use streamjob_storage::{retry, store};

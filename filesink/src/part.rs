@@ -518,7 +518,7 @@ pub async fn commit(store: &dyn Store, final_key: &str, c: &Committable) -> Resu
                      the job from a savepoint taken before this file was written",
                     c.id()
                 ))),
-                _ => Err(e),
+                _ => Err(e.into()),
             },
         }
     })
@@ -535,7 +535,7 @@ pub async fn commit(store: &dyn Store, final_key: &str, c: &Committable) -> Resu
 /// Whether a failed completion says the upload or its parts are gone (S3 `InvalidPart` /
 /// `NoSuchUpload`, Azure `InvalidBlockList`, a GCS part object not found), as opposed to a
 /// refusal that a retry or another instance could change.
-fn lost_upload(c: &Committable, e: &Error) -> bool {
+fn lost_upload(c: &Committable, e: &streamjob_storage::Error) -> bool {
     let text = format!("{e:?}");
     matches!(c, Committable::Multipart { .. })
         && (e.is_not_found()
@@ -563,12 +563,12 @@ pub async fn commit_detached(
 /// Drops a part that will never be committed (best effort; missing is fine).
 pub async fn discard(store: &dyn Store, final_key: &str, c: &Committable) -> Result<()> {
     match c {
-        Committable::Rename { temp_key, .. } => store.delete(temp_key).await,
-        Committable::Staged { staging_key, .. } => store.delete(staging_key).await,
+        Committable::Rename { temp_key, .. } => Ok(store.delete(temp_key).await?),
+        Committable::Staged { staging_key, .. } => Ok(store.delete(staging_key).await?),
         Committable::Multipart { upload_id, .. } => {
             match store.abort_multipart(final_key, upload_id).await {
                 Ok(()) => Ok(()),
-                Err(e) if e.is_transient() => Err(e),
+                Err(e) if e.is_transient() => Err(e.into()),
                 Err(_) => Ok(()),
             }
         }
@@ -631,7 +631,7 @@ mod tests {
         };
         assert!(matches!(
             commit(&store, "b/other", &bogus).await,
-            Err(Error::DataLoss(_)) | Err(Error::Io { .. })
+            Err(Error::DataLoss(_)) | Err(Error::Storage(streamjob_storage::Error::Io { .. }))
         ));
         let bad = Recoverable::TempFile {
             temp_key: "b/.gone".into(),

@@ -25,12 +25,14 @@ use streamjob_crds::v1alpha1::{
     FieldBucketAssigner, FileSinkSpec, ParquetCompression, ParquetFormat, RollingPolicySpec,
     RowCompression, RowFormat, SinkFormat, SuccessMarkerSpec,
 };
-use streamjob_filesink::retry::RetryPolicy;
-use streamjob_filesink::s3_api::{self, uri_encode};
-use streamjob_filesink::store::{LocalStore, ObjectInfo, TempFile};
 use streamjob_filesink::{
-    Error, FileSink, FileSinkOptions, SinkSubtaskState, Store, max_next_counter, redistribute,
+    FileSink, FileSinkOptions, SinkSubtaskState, Store, max_next_counter, redistribute,
 };
+/// The stores' error: what the fault-injecting store below fails with.
+use streamjob_storage::Error;
+use streamjob_storage::retry::RetryPolicy;
+use streamjob_storage::s3_api::{self, uri_encode};
+use streamjob_storage::store::{LocalStore, ObjectInfo, TempFile};
 
 // ---------------------------------------------------------------------------------------------
 // Fault injection
@@ -107,7 +109,7 @@ struct FaultTemp {
 
 #[async_trait]
 impl TempFile for FaultTemp {
-    async fn write(&mut self, data: &[u8]) -> streamjob_filesink::Result<()> {
+    async fn write(&mut self, data: &[u8]) -> streamjob_storage::Result<()> {
         if self.faults.take()? {
             self.inner.write(data).await
         } else {
@@ -116,7 +118,7 @@ impl TempFile for FaultTemp {
             Err(crash())
         }
     }
-    async fn sync(&mut self) -> streamjob_filesink::Result<()> {
+    async fn sync(&mut self) -> streamjob_storage::Result<()> {
         if self.faults.take()? {
             self.inner.sync().await
         } else {
@@ -124,7 +126,7 @@ impl TempFile for FaultTemp {
             Err(crash())
         }
     }
-    async fn close(&mut self) -> streamjob_filesink::Result<()> {
+    async fn close(&mut self) -> streamjob_storage::Result<()> {
         if self.faults.take()? {
             self.inner.close().await
         } else {
@@ -162,7 +164,7 @@ impl Store for FaultStore {
             ..RetryPolicy::default()
         }
     }
-    async fn put(&self, key: &str, data: Bytes) -> streamjob_filesink::Result<()> {
+    async fn put(&self, key: &str, data: Bytes) -> streamjob_storage::Result<()> {
         let r = guarded!(self, self.inner.put(key, data.clone()).await);
         if key.starts_with(streamjob_filesink::sink::UPLOAD_MARKERS)
             && self.inner.head(key).await.unwrap().is_some()
@@ -174,26 +176,26 @@ impl Store for FaultStore {
         }
         r
     }
-    async fn put_new(&self, key: &str, data: Bytes) -> streamjob_filesink::Result<bool> {
+    async fn put_new(&self, key: &str, data: Bytes) -> streamjob_storage::Result<bool> {
         guarded!(self, self.inner.put_new(key, data.clone()).await)
     }
-    async fn get(&self, key: &str) -> streamjob_filesink::Result<Bytes> {
+    async fn get(&self, key: &str) -> streamjob_storage::Result<Bytes> {
         self.inner.get(key).await
     }
-    async fn head(&self, key: &str) -> streamjob_filesink::Result<Option<u64>> {
+    async fn head(&self, key: &str) -> streamjob_storage::Result<Option<u64>> {
         self.inner.head(key).await
     }
-    async fn list(&self, prefix: &str) -> streamjob_filesink::Result<Vec<ObjectInfo>> {
+    async fn list(&self, prefix: &str) -> streamjob_storage::Result<Vec<ObjectInfo>> {
         self.inner.list(prefix).await
     }
-    async fn delete(&self, key: &str) -> streamjob_filesink::Result<()> {
+    async fn delete(&self, key: &str) -> streamjob_storage::Result<()> {
         guarded!(self, self.inner.delete(key).await)
     }
     async fn open_temp(
         &self,
         key: &str,
         resume_len: Option<u64>,
-    ) -> streamjob_filesink::Result<Box<dyn TempFile>> {
+    ) -> streamjob_storage::Result<Box<dyn TempFile>> {
         self.faults.take()?;
         let inner = self.inner.open_temp(key, resume_len).await?;
         Ok(Box::new(FaultTemp {
@@ -201,13 +203,13 @@ impl Store for FaultStore {
             faults: self.faults.clone(),
         }))
     }
-    async fn rename(&self, from: &str, to: &str) -> streamjob_filesink::Result<()> {
+    async fn rename(&self, from: &str, to: &str) -> streamjob_storage::Result<()> {
         guarded!(self, self.inner.rename(from, to).await)
     }
-    async fn copy(&self, from: &str, to: &str) -> streamjob_filesink::Result<()> {
+    async fn copy(&self, from: &str, to: &str) -> streamjob_storage::Result<()> {
         guarded!(self, self.inner.copy(from, to).await)
     }
-    async fn create_multipart(&self, key: &str) -> streamjob_filesink::Result<String> {
+    async fn create_multipart(&self, key: &str) -> streamjob_storage::Result<String> {
         let go = self.faults.take()?;
         let id = self.inner.create_multipart(key).await?;
         self.created
@@ -222,7 +224,7 @@ impl Store for FaultStore {
         upload_id: &str,
         part_idx: usize,
         data: Bytes,
-    ) -> streamjob_filesink::Result<String> {
+    ) -> streamjob_storage::Result<String> {
         guarded!(
             self,
             self.inner
@@ -235,19 +237,19 @@ impl Store for FaultStore {
         key: &str,
         upload_id: &str,
         etags: &[String],
-    ) -> streamjob_filesink::Result<()> {
+    ) -> streamjob_storage::Result<()> {
         guarded!(
             self,
             self.inner.complete_multipart(key, upload_id, etags).await
         )
     }
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> streamjob_filesink::Result<()> {
+    async fn abort_multipart(&self, key: &str, upload_id: &str) -> streamjob_storage::Result<()> {
         guarded!(self, self.inner.abort_multipart(key, upload_id).await)
     }
     async fn list_multipart_uploads(
         &self,
         prefix: &str,
-    ) -> streamjob_filesink::Result<Vec<streamjob_filesink::store::OpenUpload>> {
+    ) -> streamjob_storage::Result<Vec<streamjob_storage::store::OpenUpload>> {
         self.inner.list_multipart_uploads(prefix).await
     }
 }
@@ -406,7 +408,7 @@ impl Job {
         input: &Input,
         parallelism: u32,
         crash: Crash,
-    ) -> Result<bool, Error> {
+    ) -> Result<bool, streamjob_filesink::Error> {
         let (states, position) = match &self.completed {
             Some(c) => (c.states.clone(), c.position),
             None => (Vec::new(), 0),
@@ -467,7 +469,7 @@ impl Job {
                 if let Crash::Uncompleted(k) = crash
                     && k == checkpoints_in_attempt
                 {
-                    return Err(crash_err());
+                    return Err(crash_err().into());
                 }
                 self.completed = Some(Completed {
                     checkpoint_id: id,
@@ -477,7 +479,7 @@ impl Job {
                 if let Crash::BeforeNotify(k) = crash
                     && k == checkpoints_in_attempt
                 {
-                    return Err(crash_err());
+                    return Err(crash_err().into());
                 }
                 for s in &mut sinks {
                     s.notify_checkpoint_complete(id).await?;
@@ -1079,7 +1081,7 @@ fn minio_store(m: &Minio, bucket: &str, prefix: &str) -> Arc<dyn Store> {
         .build()
         .unwrap();
     Arc::new(
-        streamjob_filesink::store::CloudStore::s3(client, bucket, prefix).with_s3_endpoint(
+        streamjob_storage::store::CloudStore::s3(client, bucket, prefix).with_s3_endpoint(
             Some(&m.endpoint),
             "us-east-1",
             false,
@@ -1421,7 +1423,7 @@ async fn check_directory_view(ck: &dyn Store) {
 #[tokio::test]
 async fn local_directory_view_serves_checkpoints_and_fencing() {
     let dir = tempfile::tempdir().unwrap();
-    let root = streamjob_filesink::store::open(dir.path().to_str().unwrap(), None).unwrap();
+    let root = streamjob_storage::store::open(dir.path().to_str().unwrap(), None).unwrap();
     let ck = root.child("ck/job");
     check_directory_view(&ck).await;
     assert_eq!(root.head("ck/job/chk-1/_metadata").await.unwrap(), Some(2));
@@ -1447,7 +1449,7 @@ async fn hdfs_exactly_once_json_csv_gzip_parquet() {
     for fmt in [Fmt::Json, Fmt::CsvGzip, Fmt::Parquet] {
         let root = format!("/sink-{fmt:?}");
         let inner: Arc<dyn Store> =
-            Arc::new(streamjob_filesink::hdfs::HdfsStore::new(&dfs.url, &root).unwrap());
+            Arc::new(streamjob_storage::hdfs::HdfsStore::new(&dfs.url, &root).unwrap());
         let input = input(24, 50, 40);
         let mut job = Job::new(spec(&root, fmt, "6KiB"), inner.clone(), 4);
         let budgets = [1, 2, 5, 9, 17, 33, 3, 40];
@@ -1457,7 +1459,7 @@ async fn hdfs_exactly_once_json_csv_gzip_parquet() {
         assert!(attempts >= 6, "only {attempts} attempts");
     }
     // what checkpoints, savepoints and fencing use, on a view of the process's HDFS client
-    let ck = streamjob_filesink::store::open(&format!("{}/ck/job", dfs.url), None).unwrap();
+    let ck = streamjob_storage::store::open(&format!("{}/ck/job", dfs.url), None).unwrap();
     check_directory_view(&ck).await;
 }
 

@@ -25,7 +25,7 @@ pub enum Error {
         path: String,
         /// Boxed: the storage layer's error is large, and this one is returned everywhere.
         #[source]
-        source: Box<streamjob_filesink::Error>,
+        source: Box<streamjob_storage::Error>,
     },
 
     /// A storage URL or path could not be understood.

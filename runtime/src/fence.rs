@@ -390,38 +390,38 @@ mod tests {
     }
 
     #[derive(Debug)]
-    struct Twisted(Arc<dyn streamjob_filesink::store::Store>, Twist);
+    struct Twisted(Arc<dyn streamjob_storage::store::Store>, Twist);
 
     #[async_trait::async_trait]
-    impl streamjob_filesink::store::Store for Twisted {
+    impl streamjob_storage::store::Store for Twisted {
         fn describe(&self) -> String {
             self.0.describe()
         }
         fn supports_multipart(&self) -> bool {
             false
         }
-        async fn put(&self, key: &str, data: Bytes) -> streamjob_filesink::Result<()> {
+        async fn put(&self, key: &str, data: Bytes) -> streamjob_storage::Result<()> {
             self.0.put(key, data).await
         }
-        async fn put_new(&self, key: &str, data: Bytes) -> streamjob_filesink::Result<bool> {
+        async fn put_new(&self, key: &str, data: Bytes) -> streamjob_storage::Result<bool> {
             match self.1 {
                 Twist::IgnoresConditions => self.0.put(key, data).await.map(|()| true),
                 Twist::LosesCreateAnswers => self.0.put_new(key, data).await.map(|_| false),
             }
         }
-        async fn get(&self, key: &str) -> streamjob_filesink::Result<Bytes> {
+        async fn get(&self, key: &str) -> streamjob_storage::Result<Bytes> {
             self.0.get(key).await
         }
-        async fn head(&self, key: &str) -> streamjob_filesink::Result<Option<u64>> {
+        async fn head(&self, key: &str) -> streamjob_storage::Result<Option<u64>> {
             self.0.head(key).await
         }
         async fn list(
             &self,
             prefix: &str,
-        ) -> streamjob_filesink::Result<Vec<streamjob_filesink::store::ObjectInfo>> {
+        ) -> streamjob_storage::Result<Vec<streamjob_storage::store::ObjectInfo>> {
             self.0.list(prefix).await
         }
-        async fn delete(&self, key: &str) -> streamjob_filesink::Result<()> {
+        async fn delete(&self, key: &str) -> streamjob_storage::Result<()> {
             self.0.delete(key).await
         }
     }

@@ -155,7 +155,7 @@ impl Registry {
         match &self.file_sink {
             Some(f) => f(cx),
             None => Err(Error::Unsupported(format!(
-                "step {:?}: fileSink is not available in this runtime build yet; use print",
+                "step {:?}: this registry has no file sink (build it with Registry::with_builtins)",
                 cx.uid
             ))),
         }

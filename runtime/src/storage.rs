@@ -1,6 +1,6 @@
 //! Where the runtime keeps and reads files: checkpoints, savepoints, fence records, dead letters
 //! and the files source. A [`Location`] is a directory of the project's one storage layer
-//! ([`streamjob_filesink::store`]), which the file sink writes through too: `s3://bucket/prefix`,
+//! ([`streamjob_storage::store`]), which the file sink writes through too: `s3://bucket/prefix`,
 //! `hdfs://namenode:port/path`, `file:///abs/path` and plain local paths, one client per store
 //! and process, the connection limits of `storage.limits` shared by every reader and writer.
 
@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use streamjob_crds::v1alpha1::StorageSpec;
-use streamjob_filesink::retry::retry;
-use streamjob_filesink::store::{Prefixed, Store, open};
+use streamjob_storage::retry::retry;
+use streamjob_storage::store::{Prefixed, Store, open};
 
 use crate::error::{Error, Result};
 
@@ -66,7 +66,7 @@ impl Location {
         Arc::new(self.store.clone())
     }
 
-    fn err(&self, rel: &str, source: streamjob_filesink::Error) -> Error {
+    fn err(&self, rel: &str, source: streamjob_storage::Error) -> Error {
         Error::Storage {
             path: format!("{}/{}", self.display, rel.trim_start_matches('/')),
             source: Box::new(source),
@@ -78,7 +78,7 @@ impl Location {
     async fn retried<T, F, Fut>(&self, op: &'static str, rel: &str, call: F) -> Result<T>
     where
         F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = streamjob_filesink::Result<T>>,
+        Fut: std::future::Future<Output = streamjob_storage::Result<T>>,
     {
         retry(op, self.store.retry_policy(), call)
             .await

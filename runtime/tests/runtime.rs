@@ -1822,18 +1822,18 @@ fn hdfs_example_and_sigkills_are_exactly_once() {
         // the example writes hdfs:///path (its name node from spec.storage)
         &|url: &str| {
             let url = url.replace("hdfs:///", &format!("{}/", dfs.url));
-            streamjob_filesink::store::open_store(&url, None).unwrap()
+            streamjob_storage::store::open_store(&url, None).unwrap()
         },
     );
 }
 
 /// Committed rows of a file sink on any store (read through the storage layer).
 fn read_store_sink(url: &str) -> (usize, Aggregates) {
-    read_sink_in(|| streamjob_filesink::store::open_store(url, None).unwrap())
+    read_sink_in(|| streamjob_storage::store::open_store(url, None).unwrap())
 }
 
 /// Committed rows of a file sink in the store `open` returns (called on a runtime of its own).
-fn read_sink_in(open: impl FnOnce() -> Arc<dyn streamjob_filesink::Store>) -> (usize, Aggregates) {
+fn read_sink_in(open: impl FnOnce() -> Arc<dyn streamjob_storage::Store>) -> (usize, Aggregates) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -1875,7 +1875,7 @@ fn store_runs(
     root: &str,
     count: u64,
     env: &[(&str, &Path)],
-    open: &dyn Fn(&str) -> Arc<dyn streamjob_filesink::Store>,
+    open: &dyn Fn(&str) -> Arc<dyn streamjob_storage::Store>,
 ) {
     let read = |url: &str| read_sink_in(|| open(url));
     let dir = tempfile::tempdir().unwrap();
@@ -1963,7 +1963,7 @@ fn compaction_runs(
     root: &str,
     count: u64,
     env: &[(&str, &Path)],
-    open: &dyn Fn(&str) -> Arc<dyn streamjob_filesink::Store>,
+    open: &dyn Fn(&str) -> Arc<dyn streamjob_storage::Store>,
 ) {
     let dir = tempfile::tempdir().unwrap();
     let write = |variant: &str, compaction: &str| {
@@ -2045,7 +2045,7 @@ fn gcs_and_azure_examples_and_sigkills_are_exactly_once() {
         "gs://streamjob-data/jobs/gcs-out",
         400_000,
         &[],
-        &|url: &str| streamjob_filesink::store::open_store(url, Some(&spec)).unwrap(),
+        &|url: &str| streamjob_storage::store::open_store(url, Some(&spec)).unwrap(),
     );
 
     let az = emulators::azurite(&["clicks"]);
@@ -2054,7 +2054,7 @@ fn gcs_and_azure_examples_and_sigkills_are_exactly_once() {
         "{{azure: {{account: {account}, endpoint: \"{}\", allowHttp: true}}}}",
         az.url
     );
-    let open_azure = |url: &str| -> Arc<dyn streamjob_filesink::Store> {
+    let open_azure = |url: &str| -> Arc<dyn streamjob_storage::Store> {
         // az://clicks/<prefix> or abfss://clicks@<account>.dfs.core.windows.net/<prefix>
         let prefix = url
             .split_once(".net/")
@@ -2069,7 +2069,7 @@ fn gcs_and_azure_examples_and_sigkills_are_exactly_once() {
             .with_container_name("clicks")
             .build()
             .unwrap();
-        Arc::new(streamjob_filesink::store::CloudStore::azure(
+        Arc::new(streamjob_storage::store::CloudStore::azure(
             client, "clicks", prefix,
         ))
     };

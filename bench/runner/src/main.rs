@@ -98,9 +98,9 @@ struct Opts {
     /// Do not run `cargo build --release -p streamjob-runtime` first.
     #[arg(long)]
     no_build: bool,
-    /// Cargo features the runtime binary is built with (`file-sink` links the exactly-once file
-    /// sink, off by default in runtime/Cargo.toml until it is made a default feature).
-    #[arg(long, default_value = "file-sink")]
+    /// Cargo features the runtime binary is built with besides its defaults (none needed: the
+    /// file sink is built in).
+    #[arg(long, default_value = "")]
     runtime_features: String,
     /// Runtime binary to use (implies --no-build).
     #[arg(long)]

@@ -58,7 +58,7 @@ impl Operator for FileSinkOperator {
         restored: RestoredState,
     ) -> Result<()> {
         let store = open_store(&self.spec.path, self.storage.as_ref())
-            .map_err(|e| sink_err(&ctx.uid, ctx.subtask, e))?;
+            .map_err(|e| sink_err(&ctx.uid, ctx.subtask, e.into()))?;
         let mut sink = FileSink::new(
             &self.spec,
             store,

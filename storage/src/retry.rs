@@ -14,7 +14,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use backon::{ExponentialBuilder, Retryable};
+use backon::{ExponentialBuilder, Retryable as _};
 use object_store::{BackoffConfig, ClientOptions, RetryConfig};
 use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::StorageSpec;
@@ -94,18 +94,31 @@ impl RetryPolicy {
     }
 }
 
+/// An error that says whether [`retry`] should try again: the storage layer's, and the error of
+/// a caller that wraps it (the file sink's).
+pub trait RetryHere: std::fmt::Display {
+    fn retry_here(&self) -> bool;
+}
+
+impl RetryHere for Error {
+    fn retry_here(&self) -> bool {
+        Error::retry_here(self)
+    }
+}
+
 /// Runs `op`, retrying it under `policy` while it fails with an error worth retrying here
 /// ([`Error::retry_here`]) and the budget lasts. The last error is returned.
-pub async fn retry<T, F, Fut>(what: &str, policy: RetryPolicy, op: F) -> Result<T>
+pub async fn retry<T, E, F, Fut>(what: &str, policy: RetryPolicy, op: F) -> Result<T, E>
 where
+    E: RetryHere,
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
+    Fut: Future<Output = Result<T, E>>,
 {
     let started = Instant::now();
     op.retry(policy.backoff())
         .sleep(tokio::time::sleep)
-        .when(|e: &Error| e.retry_here() && started.elapsed() < policy.budget)
-        .notify(|e: &Error, delay: Duration| {
+        .when(|e: &E| e.retry_here() && started.elapsed() < policy.budget)
+        .notify(|e: &E, delay: Duration| {
             tracing::warn!(%what, error = %e, ?delay, "transient store error, retrying");
         })
         .await
