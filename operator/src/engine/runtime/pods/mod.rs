@@ -211,34 +211,19 @@ pub fn plan_pod(
     from: &str,
     deadline_seconds: i64,
 ) -> Pod {
-    let container = Container {
-        name: RUNTIME_CONTAINER.into(),
-        image: Some(spec.image.clone()),
-        image_pull_policy: spec.image_pull_policy.clone(),
-        args: Some(vec![
-            "plan".into(),
-            format!("env:{MANIFEST_ENV}"),
-            "--from".into(),
-            from.into(),
-            "--json".into(),
-        ]),
-        env: Some(common_env(owner, hash, spec)),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        ..Default::default()
+    let args = vec![
+        "plan".into(),
+        format!("env:{MANIFEST_ENV}"),
+        "--from".into(),
+        from.into(),
+        "--json".into(),
+    ];
+    let task = OneShot {
+        role: PodRole::Plan,
+        args,
+        deadline_seconds: deadline_seconds.max(30),
     };
-    let mut pod = pod_from_template(
-        owner,
-        name,
-        Some(PodRole::Plan),
-        hash,
-        spec,
-        container,
-        "Never",
-    );
-    if let Some(s) = pod.spec.as_mut() {
-        s.active_deadline_seconds = Some(deadline_seconds.max(30));
-    }
-    pod
+    one_shot_pod(owner, name, hash, spec, task)
 }
 
 /// Short-lived pod deleting savepoints: `streamjob-runtime dispose MANIFEST PATH...` (runtime
@@ -252,27 +237,38 @@ pub fn dispose_pod(
 ) -> Pod {
     let mut args = vec!["dispose".to_string(), format!("env:{MANIFEST_ENV}")];
     args.extend(paths.iter().cloned());
+    // A disposal that hangs (a store that never answers) ends; the finalizer then lets go.
+    let deadline_seconds = crate::disposal::DISPOSE_DEADLINE_SECONDS;
+    let task = OneShot {
+        role: PodRole::Dispose,
+        args,
+        deadline_seconds,
+    };
+    one_shot_pod(owner, name, hash, spec, task)
+}
+
+/// What a one-shot runtime pod runs and how long it may take.
+struct OneShot {
+    role: PodRole,
+    args: Vec<String>,
+    deadline_seconds: i64,
+}
+
+/// A runtime pod that runs once (never restarted) and is ended by its deadline if it hangs; its
+/// report falls back to the log tail when it writes no termination message.
+fn one_shot_pod(owner: &Owner, name: &str, hash: &str, spec: &StreamJobSpec, task: OneShot) -> Pod {
     let container = Container {
         name: RUNTIME_CONTAINER.into(),
         image: Some(spec.image.clone()),
         image_pull_policy: spec.image_pull_policy.clone(),
-        args: Some(args),
+        args: Some(task.args),
         env: Some(common_env(owner, hash, spec)),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()
     };
-    let mut pod = pod_from_template(
-        owner,
-        name,
-        Some(PodRole::Dispose),
-        hash,
-        spec,
-        container,
-        "Never",
-    );
+    let mut pod = pod_from_template(owner, name, Some(task.role), hash, spec, container, "Never");
     if let Some(s) = pod.spec.as_mut() {
-        // A disposal that hangs (a store that never answers) ends; the finalizer then lets go.
-        s.active_deadline_seconds = Some(crate::disposal::DISPOSE_DEADLINE_SECONDS);
+        s.active_deadline_seconds = Some(task.deadline_seconds);
     }
     pod
 }
