@@ -36,6 +36,7 @@ use streamjob_contract::process::exit;
 
 mod actions;
 mod guard;
+mod health;
 mod housekeeping;
 mod machine;
 mod planning;
@@ -57,6 +58,7 @@ use Step::{
 };
 pub use actions::*;
 use guard::{guard_transition, refuse, show_stage};
+use health::Health;
 pub use machine::*;
 pub use report::set_condition;
 use savepoints::SpPoll;
@@ -447,6 +449,15 @@ impl Ctx<'_> {
             }
         };
         let sp = self.poll_savepoint();
+        // Until the old version is stopped for an upgrade, it keeps running as in a steady state
+        // (the savepoint step does the same while it waits for the job to run).
+        if let Some(s) = stage
+            && matches!(s.kind, InPlace | Shadow)
+            && matches!(s.step, Planning | StartingStandby)
+            && let Some(dep) = self.st.deployment.clone()
+        {
+            self.keep_deployed_running(&dep);
+        }
         match stage {
             None => self.steady(sp),
             Some(s) => match (s.kind, s.step) {

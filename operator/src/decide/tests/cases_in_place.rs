@@ -118,6 +118,39 @@ pub(super) fn push(v: &mut Vec<Case>) {
         .conds(&["Upgrading", "Ready"]),
     );
 
+    // The old version is kept running until it is stopped: a run that cannot run its job by
+    // itself is replaced while the upgrade waits for it (found by the soak: the upgrade waited
+    // for the savepoint timeout with the job in standby and the output stalled).
+    let mut o = world(110);
+    set_job(&mut o, OLD, js(RunState::Standby, None));
+    o.pods[0].restarts = 1;
+    v.push(
+        Case::new(
+            "savepointing: the old run restarted into standby: replaced, the upgrade waits",
+            img2(),
+            sp.clone(),
+            o,
+        )
+        .stage("InPlace/Savepointing")
+        .acts(&["Remove:clicks-old"])
+        .conds(&["Upgrading", "Degraded"])
+        .event("StandbyRestarted"),
+    );
+    let mut o = world(110);
+    drop_pod(&mut o, OLD);
+    v.push(
+        Case::new(
+            "savepointing: the old run's pod is missing: recreated, the upgrade waits",
+            img2(),
+            sp.clone(),
+            o,
+        )
+        .stage("InPlace/Savepointing")
+        .acts(&["Deploy:clicks-old"])
+        .conds(&["Upgrading", "Degraded"])
+        .event("PodRecreated"),
+    );
+
     let aborted = with_upgrade(running(), "InPlace/Aborted", &img2(), None);
     v.push(
         Case::new(

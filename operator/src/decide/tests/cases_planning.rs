@@ -19,6 +19,22 @@ pub(super) fn push(v: &mut Vec<Case>) {
         .conds(&["Upgrading", "Ready"]),
     );
     let mut o = world(110);
+    drop_pod(&mut o, OLD);
+    o.pods
+        .push(plan_pod(&planning, PodPhase::Running, None, None));
+    v.push(
+        Case::new(
+            "planning: the old run's pod is missing: recreated while the plan runs",
+            img2(),
+            planning.clone(),
+            o,
+        )
+        .stage("InPlace/Planning")
+        .acts(&["Deploy:clicks-old"])
+        .conds(&["Upgrading", "Degraded"])
+        .event("PodRecreated"),
+    );
+    let mut o = world(110);
     o.pods
         .push(plan_pod(&planning, PodPhase::Running, None, None));
     v.push(
