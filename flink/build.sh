@@ -18,7 +18,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dir="${1:?usage: build.sh <flink folder with lib/>}"
 test -f "$dir/lib/.complete" || { echo "build.sh: $dir/lib holds no complete Flink jar set" >&2; exit 1; }
 sources=$(cd "$here" && find checker testjob testplugin -type f \( -name '*.java' -o -path '*/src/main/resources/*' \) \
-  | LC_ALL=C sort; echo checker/bin/flink-check)
+  | LC_ALL=C sort; echo checker/bin/flink-check; echo checker/bin/flink-jobmanager)
 sha=$( (cd "$here" && cat build.sh $sources) | sha256sum | cut -d' ' -f1)
 if [ -f "$dir/.sources-sha256" ] && [ "$(cat "$dir/.sources-sha256")" = "$sha" ] \
     && [ -f "$dir/checker/streamjob-flink-checker.jar" ] && [ -f "$dir/testjob-usrlib/streamjob-flink-testjob.jar" ] \
@@ -53,7 +53,7 @@ done
 # the script the check pod runs.
 rm -rf "$dir/checker"
 mkdir -p "$dir/checker"
-cp "$dir/streamjob-flink-checker.jar" "$here/checker/bin/flink-check" "$dir/checker/"
+cp "$dir/streamjob-flink-checker.jar" "$here/checker/bin/flink-check" "$here/checker/bin/flink-jobmanager" "$dir/checker/"
 cp "$dir"/lib/flink-state-processor-api-*.jar "$dir/checker/"
 mkdir -p "$dir/testjob-usrlib"
 cp "$dir/streamjob-flink-testjob.jar" "$dir/testjob-usrlib/streamjob-flink-testjob.jar"

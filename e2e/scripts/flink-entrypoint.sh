@@ -11,6 +11,8 @@
 #                                                  copies it there on a real node; this kubelet
 #                                                  runs no init containers: the version's
 #                                                  checker folder, flink/build.sh, stands in)
+#   /opt/streamjob/checker/flink-jobmanager [args] the JobManager (finds where the run resumes,
+#                                                  then runs this script as standalone-job)
 #
 # What differs from a container, and why: FLINK_CONF_DIR (a mounted ConfigMap) is a path under
 # $STREAMJOB_ROOT here; every pod binds to its own pod IP ($POD_IP, through -D options) and the
@@ -20,11 +22,21 @@ set -euo pipefail
 : "${FLINK_HOME:?FLINK_HOME (the Flink version folder with lib/) is not set by the image mapping}"
 role="${1:?usage: flink-entrypoint.sh standalone-job|jobmanager|taskmanager [args]}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# The mounted ConfigMap, once: flink-jobmanager runs this script again for standalone-job.
+if [ -n "${FLINK_CONF_DIR:-}" ] && [ -n "${STREAMJOB_ROOT:-}" ]; then
+  case "$FLINK_CONF_DIR" in
+    "$STREAMJOB_ROOT"/*) ;;
+    *) export FLINK_CONF_DIR="$STREAMJOB_ROOT$FLINK_CONF_DIR" ;;
+  esac
+fi
 
 case "$role" in
   /opt/streamjob/checker/*)
     shift
     : "${STREAMJOB_CHECKER_DIR:?STREAMJOB_CHECKER_DIR is not set by the image mapping}"
+    # flink-jobmanager ends in the image's entrypoint: this script here, /docker-entrypoint.sh in
+    # an image
+    export STREAMJOB_FLINK_ENTRYPOINT="$repo/e2e/scripts/flink-entrypoint.sh"
     exec "$STREAMJOB_CHECKER_DIR/${role#/opt/streamjob/checker/}" "$@"
     ;;
 esac
@@ -41,9 +53,6 @@ if [ -n "${FLINK_USRLIB:-}" ]; then
   rm -rf "$home/usrlib"
   mkdir -p "$home/usrlib"
   cp -R "$FLINK_USRLIB/." "$home/usrlib/"
-fi
-if [ -n "${FLINK_CONF_DIR:-}" ]; then
-  export FLINK_CONF_DIR="${STREAMJOB_ROOT:-}$FLINK_CONF_DIR"
 fi
 
 args=("$@")

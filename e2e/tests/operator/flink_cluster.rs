@@ -14,7 +14,9 @@
 use streamjob_e2e::flink::{
     TEST_JOB_CLASS, TEST_JOB_IMAGE, TEST_JOB_V2_IMAGE, check_counting_output, counting_job_args,
 };
+use streamjob_operator::engine::flink::plan::job_id;
 use streamjob_operator::engine::flink::precheck::operator_id;
+use streamjob_operator::engine::flink::rest::FlinkRest;
 
 use super::*;
 
@@ -247,6 +249,16 @@ fn step(o: &DynamicObject) -> String {
 }
 
 /// The JobManager pod running the job (uid), or panics.
+/// Flink's REST API on the JobManager `jm`.
+fn flink_rest(jm: &Pod) -> FlinkRest {
+    let ip = jm
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("JobManager pod IP");
+    FlinkRest::new(format!("http://{ip}:8081"))
+}
+
 async fn job_manager(ctx: &Ctx) -> Pod {
     let pods = ctx.runtime_pods().await;
     assert_eq!(pods.len(), 1, "one JobManager: {pods:?}");
@@ -521,6 +533,73 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
         "TaskManager SIGKILLed: a new checkpoint {tm_recovery:.1}s later"
     ));
 
+    // the JobManager lost (its JVM SIGKILLed, as by the OOM killer): its pod fails, the operator
+    // makes it again under the same run, and the new JobManager resumes from the newest
+    // checkpoint Flink completed — not the older one the operator last wrote into status, whose
+    // output since would be written again (and which retention may have deleted); new
+    // TaskManagers register with it; output stays exactly once (checked at the end)
+    let jm = job_manager(&ctx).await;
+    let jid = job_id(jm.metadata.name.as_deref().expect("JobManager name"));
+    let (newest, recorded) = poll_until(
+        "Flink completed a checkpoint newer than the one in status",
+        FLINK_TIMEOUT,
+        Duration::from_millis(200),
+        || async {
+            let recorded = status(&ctx.get().await)["lastCheckpoint"]["id"]
+                .as_u64()
+                .unwrap_or(0);
+            let newest = flink_rest(&jm)
+                .checkpoints(&jid)
+                .await
+                .ok()
+                .and_then(|c| c.latest_completed)
+                .map_or(0, |c| c.id);
+            Ok((newest > recorded).then_some((newest, recorded)))
+        },
+    )
+    .await
+    .expect("Flink's checkpoints");
+    let jm_pid = container_pid(&jm).expect("JobManager process");
+    let killed_at = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(jm_pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL JobManager");
+    ctx.wait(
+        "a checkpoint of the JobManager made again",
+        FLINK_TIMEOUT,
+        |o| {
+            status(o)["lastCheckpoint"]["id"].as_u64().unwrap_or(0) > newest
+                && phase(o) == "Running"
+        },
+    )
+    .await;
+    let jm_recovery = killed_at.elapsed().as_secs_f64();
+    let jm_after = job_manager(&ctx).await;
+    assert_ne!(
+        jm_after.metadata.uid, jm.metadata.uid,
+        "the lost JobManager was made again as a new pod"
+    );
+    let restored = flink_rest(&jm_after)
+        .checkpoints(&jid)
+        .await
+        .expect("the new JobManager's checkpoints")
+        .restored
+        .expect("the new JobManager restored a checkpoint");
+    assert!(
+        restored.id >= newest,
+        "the new JobManager restored checkpoint {} ({:?}); Flink had completed {newest} before the \
+         loss and status recorded {recorded}",
+        restored.id,
+        restored.external_path
+    );
+    ctx.log(&format!(
+        "JobManager SIGKILLed: restored checkpoint {} (Flink's newest {newest}, status {recorded}); \
+         a new checkpoint {jm_recovery:.1}s later",
+        restored.id
+    ));
+
     // the engine cannot be switched by dropping the field (absent means runtime)
     let out = env
         .kubectl(
@@ -759,7 +838,8 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
     let rss_end = operator_rss_mib(env).await;
     ctx.log(&format!(
         "FIGURES Flink {version}: apply -> RUNNING with a checkpoint {to_running:.1}s; TaskManager \
-         killed -> next checkpoint {tm_recovery:.1}s; image bump \
+         killed -> next checkpoint {tm_recovery:.1}s; JobManager killed -> next checkpoint \
+         {jm_recovery:.1}s; image bump \
          (operator killed {} times) {:.1}s; parallelism 2 -> 3 {:.1}s (output stall {:.1}s); \
          broken build rolled back {rollback_secs:.1}s; \
          uid dropped with allowNonRestoredState {:.1}s (output stall {:.1}s); operator RSS \

@@ -23,7 +23,7 @@ use streamjob_crds::v1alpha1::{StreamJobSpec, UpgradeMode};
 use super::FlinkError;
 use super::cluster::REST_PORT;
 use super::conf::{CONFIG_KEY, LOG_CONFIG, LOG_CONFIG_KEY};
-use super::plan::{self, cluster_plan, job_id};
+use super::plan::{self, CheckerInstall, cluster_plan, job_id};
 use super::rest::{FlinkRest, trigger_id};
 use crate::api::{ignore_conflict, ignore_missing};
 use crate::decide::{Observed, RunPlan};
@@ -121,9 +121,10 @@ impl Engine for FlinkEngine {
     }
 
     async fn deploy(&self, job: &JobScope<'_>, run: &RunPlan) -> Result<()> {
-        // A run that keeps the job's state without a savepoint (last-state, a lost JobManager)
-        // restores the latest retained checkpoint: a new run is a new Flink job with its own
-        // checkpoint folder, so Flink would not find it by itself.
+        // A run that keeps the job's state without a savepoint (last-state) restores the latest
+        // checkpoint recorded: a new run is a new Flink job with its own checkpoint folder, so
+        // Flink would not find it by itself. A JobManager made again under the same run looks in
+        // its own folder first (`flink-jobmanager`) and takes this only when it finds nothing.
         let from = run.from_savepoint.clone().or_else(|| {
             (!run.fresh && run.spec.upgrade.mode != UpgradeMode::Stateless)
                 .then(|| {
@@ -141,7 +142,8 @@ impl Engine for FlinkEngine {
         let plan = cluster_plan(job.owner, &run.name, &run.hash, &run.spec, from)?;
         let services: Api<Service> = Api::namespaced(job.client.clone(), &job.owner.namespace);
         ignore_conflict(services.create(&post_params(), &plan.rest_service()).await)?;
-        create_pod(job, plan.job_manager_pod()).await
+        let checker = CheckerInstall::new(&self.checker_image, &run.spec)?;
+        create_pod(job, plan.job_manager_pod(&checker)).await
     }
 
     async fn add_worker(

@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use streamjob_crds::pod_template::PodTemplate;
 
 use super::conf::{conf_dir_env, conf_mount, conf_volume};
+use super::plan::{CHECKER_MOUNT, CheckerInstall};
 use crate::objects::names::worker_name;
 use crate::objects::template::{FLINK_MAIN_CONTAINER, with_pod_template};
 use crate::objects::{
@@ -151,20 +152,30 @@ impl ClusterPlan {
         )
     }
 
-    /// The JobManager: `standalone-job` runs the job's `main()` and the job.
-    pub fn job_manager_pod(&self) -> Pod {
+    /// The JobManager: `standalone-job` runs the job's `main()` and the job, started by our
+    /// `flink-jobmanager` (copied in from `checker`), which resumes the run from its newest
+    /// checkpoint when its pod is made again, else from [`Self::from_savepoint`].
+    pub fn job_manager_pod(&self, checker: &CheckerInstall) -> Pod {
         let mut args = vec![
-            "standalone-job".to_string(),
+            format!("{CHECKER_MOUNT}/flink-jobmanager"),
+            "--checkpoints-dir".into(),
+            self.checkpoints_dir.clone(),
+            "--job-id".into(),
+            self.job_id.clone(),
+        ];
+        if let Some(savepoint) = &self.from_savepoint {
+            args.extend(["--from".into(), savepoint.clone()]);
+        }
+        args.extend([
+            "--".into(),
+            "standalone-job".into(),
             "-D".into(),
             "jobmanager.rpc.address=$(POD_IP)".into(),
             "--job-classname".into(),
             self.entry_class.clone(),
             "--job-id".into(),
             self.job_id.clone(),
-        ];
-        if let Some(savepoint) = &self.from_savepoint {
-            args.extend(["--fromSavepoint".into(), savepoint.clone()]);
-        }
+        ]);
         if self.allow_non_restored_state {
             args.push("--allowNonRestoredState".into());
         }
@@ -176,6 +187,10 @@ impl ClusterPlan {
             ("metrics", METRICS_PORT),
         ];
         let mut container = self.container("jobmanager", args, &ports, &self.job_manager);
+        container
+            .volume_mounts
+            .get_or_insert_default()
+            .push(CheckerInstall::mount());
         let probe = |initial: i32| Probe {
             http_get: Some(HTTPGetAction {
                 path: Some("/config".into()),
@@ -189,7 +204,12 @@ impl ClusterPlan {
         };
         container.readiness_probe = Some(probe(2));
         container.liveness_probe = Some(probe(30));
-        let mut pod = self.pod(&self.job_manager_name(), "jobmanager", container);
+        let mut pod = self.pod(
+            &self.job_manager_name(),
+            "jobmanager",
+            container,
+            Some(checker),
+        );
         pod.metadata
             .labels
             .get_or_insert_default()
@@ -215,7 +235,12 @@ impl ClusterPlan {
             ("metrics", METRICS_PORT),
         ];
         let container = self.container("taskmanager", args, &ports, &self.task_manager);
-        let mut pod = self.pod(&self.task_manager_name(index), "taskmanager", container);
+        let mut pod = self.pod(
+            &self.task_manager_name(index),
+            "taskmanager",
+            container,
+            None,
+        );
         // A TaskManager that dies is replaced by a new pod (the worker planning replaces ended
         // workers), never restarted in place: Flink's RPC quarantines the address of a process
         // that died, and a TaskManager restarted at the same address and port cannot register
@@ -312,11 +337,22 @@ impl ClusterPlan {
         }
     }
 
-    fn pod(&self, name: &str, component: &str, container: Container) -> Pod {
+    /// A pod of the cluster; `checker`: with the init container copying our checker in (the
+    /// user's template is merged last, and every container is then held to `restricted`).
+    fn pod(
+        &self,
+        name: &str,
+        component: &str,
+        container: Container,
+        checker: Option<&CheckerInstall>,
+    ) -> Pod {
+        let mut volumes = vec![conf_volume(&self.config_map_name(), false)];
+        volumes.extend(checker.map(|_| CheckerInstall::volume()));
         let spec = PodSpec {
+            init_containers: checker.map(|c| vec![c.init_container()]),
             containers: vec![container],
             restart_policy: Some("Never".into()),
-            volumes: Some(vec![conf_volume(&self.config_map_name(), false)]),
+            volumes: Some(volumes),
             security_context: Some(flink_user()),
             ..Default::default()
         };
@@ -406,13 +442,45 @@ pub(crate) mod tests {
     #[test]
     fn job_manager_restores_and_task_managers_find_it() {
         let p = plan();
-        let jm = p.job_manager_pod();
+        let checker = CheckerInstall {
+            image: "ck:1".into(),
+            minor: "2.3".into(),
+        };
+        let jm = p.job_manager_pod(&checker);
         let c = &jm.spec.as_ref().unwrap().containers[0];
+        // flink-jobmanager resumes from the run's newest checkpoint, else from the savepoint,
+        // and puts `--fromSavepoint` after the role
         assert_eq!(
             c.args.as_ref().unwrap().join(" "),
-            "standalone-job -D jobmanager.rpc.address=$(POD_IP) --job-classname com.example.Clicks \
-             --job-id 00000000000000000000000000000001 --fromSavepoint s3://b/savepoints/savepoint-1 \
-             --allowNonRestoredState --output s3://b/out"
+            "/opt/streamjob/checker/flink-jobmanager --checkpoints-dir s3://b/checkpoints \
+             --job-id 00000000000000000000000000000001 --from s3://b/savepoints/savepoint-1 -- \
+             standalone-job -D jobmanager.rpc.address=$(POD_IP) --job-classname com.example.Clicks \
+             --job-id 00000000000000000000000000000001 --allowNonRestoredState --output s3://b/out"
+        );
+        let ps = jm.spec.as_ref().unwrap();
+        let init = &ps.init_containers.as_ref().unwrap()[0];
+        assert_eq!(
+            init.command.as_ref().unwrap().join(" "),
+            "cp -R /opt/streamjob/flink-checker/2.3/. /opt/streamjob/checker/"
+        );
+        let isc = init.security_context.as_ref().unwrap();
+        assert_eq!(
+            isc.allow_privilege_escalation,
+            Some(false),
+            "the init container is held to `restricted` too"
+        );
+        assert!(
+            c.volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|m| m.mount_path == CHECKER_MOUNT),
+            "the checker folder reaches the JobManager"
+        );
+        assert_eq!(
+            ps.restart_policy.as_deref(),
+            Some("Never"),
+            "a lost JobManager is a new pod, so flink-jobmanager looks for its newest checkpoint"
         );
         assert_eq!(jm.metadata.name.as_deref(), Some("clicks-1a2b3c4d"));
         let labels = jm.metadata.labels.as_ref().unwrap();

@@ -207,6 +207,57 @@ pub fn dispose_pod(
     checker_pod(owner, &place, spec, args)
 }
 
+/// Our checker (`flink/checker`) for the spec's Flink minor, copied into a pod's
+/// [`CHECKER_MOUNT`] by an init container of the flink-checker image: the check and dispose pods
+/// run `flink-check`, the JobManager `flink-jobmanager`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckerInstall {
+    pub image: String,
+    /// `major.minor`: the folder in the image.
+    pub minor: String,
+}
+
+impl CheckerInstall {
+    pub fn new(image: &str, spec: &StreamJobSpec) -> Result<Self, FlinkError> {
+        Ok(Self {
+            image: image.to_string(),
+            minor: minor(flink_spec(spec)?)?,
+        })
+    }
+
+    /// The init container copying the checker folder into the pod's `checker` volume.
+    pub fn init_container(&self) -> Container {
+        Container {
+            name: "install-checker".into(),
+            image: Some(self.image.clone()),
+            command: Some(vec![
+                "cp".into(),
+                "-R".into(),
+                format!("{CHECKER_IMAGE_DIR}/{}/.", self.minor),
+                format!("{CHECKER_MOUNT}/"),
+            ]),
+            volume_mounts: Some(vec![Self::mount()]),
+            ..Default::default()
+        }
+    }
+
+    pub fn volume() -> Volume {
+        Volume {
+            name: "checker".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        }
+    }
+
+    pub fn mount() -> VolumeMount {
+        VolumeMount {
+            name: "checker".into(),
+            mount_path: CHECKER_MOUNT.into(),
+            ..Default::default()
+        }
+    }
+}
+
 /// Which short-lived pod of the checker is made.
 struct CheckerPod<'a> {
     name: &'a str,
@@ -223,26 +274,11 @@ fn checker_pod(
     spec: &StreamJobSpec,
     checker_args: Vec<String>,
 ) -> Result<Pod, FlinkError> {
-    let flink = flink_spec(spec)?;
+    let checker = CheckerInstall::new(place.checker_image, spec)?;
     let mut args = vec![format!("{CHECKER_MOUNT}/flink-check")];
     args.extend(checker_args);
-    let mount = VolumeMount {
-        name: "checker".into(),
-        mount_path: CHECKER_MOUNT.into(),
-        ..Default::default()
-    };
-    let init = Container {
-        name: "install-checker".into(),
-        image: Some(place.checker_image.to_string()),
-        command: Some(vec![
-            "cp".into(),
-            "-R".into(),
-            format!("{CHECKER_IMAGE_DIR}/{}/.", minor(flink)?),
-            format!("{CHECKER_MOUNT}/"),
-        ]),
-        volume_mounts: Some(vec![mount.clone()]),
-        ..Default::default()
-    };
+    let mount = CheckerInstall::mount();
+    let init = checker.init_container();
     let check = Container {
         name: "check".into(),
         image: Some(spec.image.clone()),
@@ -274,11 +310,7 @@ fn checker_pod(
         restart_policy: Some("Never".into()),
         active_deadline_seconds: Some(place.deadline_seconds.max(30)),
         volumes: Some(vec![
-            Volume {
-                name: "checker".into(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
-                ..Default::default()
-            },
+            CheckerInstall::volume(),
             // optional: a dispose pod may outlive the version's ConfigMap
             conf_volume(&config_name(&owner.name, place.hash), true),
         ]),
@@ -367,7 +399,7 @@ flink:
             yaml.contains("\"state.savepoints.dir\": \"file:///data/sp\"\n"),
             "{yaml}"
         );
-        let jm = p.job_manager_pod();
+        let jm = p.job_manager_pod(&CheckerInstall::new("ck:1", &spec()).unwrap());
         let labels = jm.metadata.labels.as_ref().unwrap();
         assert_eq!(labels["streamjob.io/role"], "runtime");
         assert_eq!(labels["streamjob.io/spec-hash"], "h1");

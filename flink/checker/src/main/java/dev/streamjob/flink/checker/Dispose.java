@@ -1,13 +1,9 @@
 package dev.streamjob.flink.checker;
 
-import org.apache.flink.core.fs.FSDataInputStream;
 import org.apache.flink.core.fs.FileStatus;
 import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.core.fs.Path;
-import org.apache.flink.runtime.checkpoint.Checkpoints;
-import org.apache.flink.runtime.util.EnvironmentInformation;
 
-import java.io.DataInputStream;
 import java.io.IOException;
 import java.net.URI;
 import java.util.ArrayList;
@@ -136,7 +132,7 @@ public final class Dispose {
                 }
                 return;
             }
-            String unreadable = unreadable(fs, metadata);
+            String unreadable = Storage.unreadable(fs, metadata);
             if (unreadable != null) {
                 refused.add(new String[] {arg, unreadable});
                 return;
@@ -200,28 +196,6 @@ public final class Dispose {
         @Override
         public String toString() {
             return scheme + "://" + authority + path;
-        }
-    }
-
-    /** Why {@code metadata} is not a savepoint's this Flink reads, or null. */
-    private static String unreadable(FileSystem fs, Path metadata) {
-        String flink = EnvironmentInformation.getVersion();
-        try {
-            int version = Storage.formatVersion(fs, metadata);
-            if (!Storage.readable(version)) {
-                return "not a savepoint Flink " + flink + " reads: _metadata format version " + version
-                        + " is unknown to it (written by a newer Flink?)";
-            }
-            // Flink's own loader, as a restore or Flink's disposal would read it.
-            try (FSDataInputStream in = fs.open(metadata)) {
-                Checkpoints.loadCheckpointMetadata(new DataInputStream(in), Dispose.class.getClassLoader(),
-                        metadata.getParent().toString());
-            }
-            return null;
-        } catch (Storage.NotMetadata e) {
-            return "not a savepoint: " + e.getMessage();
-        } catch (Exception e) {
-            return "not a savepoint Flink " + flink + " reads: its _metadata cannot be loaded (" + Check.describe(e) + ")";
         }
     }
 

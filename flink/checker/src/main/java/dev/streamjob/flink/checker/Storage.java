@@ -7,7 +7,9 @@ import org.apache.flink.core.fs.FSDataInputStream;
 import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.core.fs.Path;
 import org.apache.flink.core.plugin.PluginUtils;
+import org.apache.flink.runtime.checkpoint.Checkpoints;
 import org.apache.flink.runtime.checkpoint.metadata.MetadataSerializers;
+import org.apache.flink.runtime.util.EnvironmentInformation;
 
 import java.io.DataInputStream;
 import java.io.File;
@@ -81,6 +83,30 @@ final class Storage {
             return true;
         } catch (IllegalArgumentException e) {
             return false;
+        }
+    }
+
+    /**
+     * Why {@code metadata} is not a checkpoint's or savepoint's this Flink reads (Flink's magic
+     * number, a format version it knows, and its own loader, as a restore reads it), or null.
+     */
+    static String unreadable(FileSystem fs, Path metadata) {
+        String flink = EnvironmentInformation.getVersion();
+        try {
+            int version = formatVersion(fs, metadata);
+            if (!readable(version)) {
+                return "not a savepoint Flink " + flink + " reads: _metadata format version " + version
+                        + " is unknown to it (written by a newer Flink?)";
+            }
+            try (FSDataInputStream in = fs.open(metadata)) {
+                Checkpoints.loadCheckpointMetadata(new DataInputStream(in), Storage.class.getClassLoader(),
+                        metadata.getParent().toString());
+            }
+            return null;
+        } catch (NotMetadata e) {
+            return "not a savepoint: " + e.getMessage();
+        } catch (Exception e) {
+            return "not a savepoint Flink " + flink + " reads: its _metadata cannot be loaded (" + Check.describe(e) + ")";
         }
     }
 
