@@ -5,17 +5,19 @@
 //! operator's NetworkPolicy enforced by the node. A savepoint by nonce; a change of the max
 //! parallelism refused by the pre-check with the job untouched; then an image bump in place: the
 //! check pod's init container copies the checker from the flink-checker image and the checker
-//! reads the S3 savepoint with the job's plugins. Every number in exactly one committed
+//! reads the S3 savepoint with the job's plugins. Before it, the JobManager pod is deleted and
+//! the one made again resumes from the newest checkpoint on MinIO. Every number in exactly one committed
 //! line, each key's running count exactly 1..=N across both images.
 
 use std::collections::BTreeMap;
 
 use streamjob_e2e::flink::{TEST_JOB_CLASS, check_counting_output, counting_job_args};
+use streamjob_operator::engine::flink::plan::job_id;
 
 use super::*;
 
 const VERSION: &str = "2.3.0";
-const RECORDS: u64 = 24_000;
+const RECORDS: u64 = 32_000;
 const KEYS: u64 = 8;
 const FLINK_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -101,6 +103,12 @@ fn checker_installed(pod: &Pod) -> bool {
                     .and_then(|s| s.terminated.as_ref())
                     .is_some_and(|t| t.exit_code == 0)
         })
+}
+
+/// `N` of an object key `…/chk-N/_metadata` (a completed checkpoint of Flink's).
+fn checkpoint_number(key: &str) -> Option<u64> {
+    let dir = key.strip_suffix("/_metadata")?;
+    dir.rsplit('/').next()?.strip_prefix("chk-")?.parse().ok()
 }
 
 /// Every committed object under `flink/out/` of the bucket, downloaded into `dir` (Flink's S3
@@ -241,6 +249,80 @@ async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
     eprintln!(
         "refused in {:?}, the job untouched: {message}",
         t_refused.elapsed()
+    );
+
+    // the JobManager pod deleted: the operator makes it again under the same run, and its
+    // flink-jobmanager resumes from the newest checkpoint on MinIO — not the older one status
+    // recorded, whose output since would be written again — with new TaskManagers; output stays
+    // exactly once (checked at the end)
+    let jm = pods_with_role(env, &job, "runtime").await;
+    let jm_name = jm[0].metadata.name.clone().expect("JobManager name");
+    let checkpoints = format!("flink/checkpoints/{}/", job_id(&jm_name));
+    let (newest, recorded) = poll_until(
+        "a checkpoint on MinIO newer than the one in status",
+        FLINK_TIMEOUT,
+        Duration::from_millis(250),
+        || async {
+            let o = sj_api(env.client().await?, &job.ns).get(&job.name).await?;
+            let recorded = status(&o)["lastCheckpoint"]["id"].as_u64().unwrap_or(0);
+            let newest = env
+                .s3()
+                .list(&job.bucket, &checkpoints)
+                .await?
+                .iter()
+                .filter_map(|o| checkpoint_number(&o.key))
+                .max()
+                .unwrap_or(0);
+            Ok((newest > recorded).then_some((newest, recorded)))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", dump(env, &job.ns)));
+    let t_jm = Instant::now();
+    env.kubectl_ok(
+        &["delete", "pod", &jm_name, "-n", &job.ns, "--wait=false"],
+        None,
+    )
+    .expect("kubectl delete the JobManager pod");
+    let new_jm = poll_until(
+        "a checkpoint of the JobManager made again",
+        FLINK_TIMEOUT,
+        Duration::from_millis(250),
+        || async {
+            let o = sj_api(env.client().await?, &job.ns).get(&job.name).await?;
+            let pods = pods_with_role(env, &job, "runtime").await;
+            let made_again = pods
+                .iter()
+                .find(|p| p.metadata.uid != jm[0].metadata.uid && running(p))
+                .cloned();
+            let checkpointed = status(&o)["lastCheckpoint"]["id"].as_u64().unwrap_or(0) > newest;
+            Ok(made_again.filter(|_| checkpointed && status(&o)["phase"] == "Running"))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", dump(env, &job.ns)));
+    let jm_recovery = t_jm.elapsed();
+    let log = env
+        .kubectl_ok(&["logs", "-n", &job.ns, &jm_name], None)
+        .expect("the new JobManager's log");
+    let resumed = log
+        .lines()
+        .find_map(|l| {
+            l.split("resuming from the newest checkpoint of this run, ")
+                .nth(1)
+        })
+        .unwrap_or_else(|| panic!("flink-jobmanager named no checkpoint of the run:\n{log}"));
+    let resumed_id = checkpoint_number(&format!("{}/_metadata", resumed.trim()))
+        .unwrap_or_else(|| panic!("not a checkpoint: {resumed}"));
+    assert!(
+        resumed_id >= newest,
+        "the new JobManager {:?} resumed from checkpoint {resumed_id}; MinIO held {newest} before \
+         the loss and status {recorded}",
+        new_jm.metadata.uid
+    );
+    eprintln!(
+        "JobManager pod deleted: resumed from checkpoint {resumed_id} (newest on MinIO {newest}, \
+         status {recorded}), a new checkpoint {jm_recovery:?} later"
     );
 
     // an image bump in place: the check pod (init container from the flink-checker image) reads
