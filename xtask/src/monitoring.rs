@@ -18,6 +18,7 @@ const RULES: &str = "charts/streamjob-operator/alerts/streamjob.rules.yaml";
 const DASHBOARD: &str = "charts/streamjob-operator/dashboards/streamjob.json";
 const RUNTIME_METRICS: &str = "runtime/src/metrics.rs";
 const OPERATOR_METRICS: &str = "operator/src/metrics.rs";
+const FLINK_METRICS: &str = "operator/src/engine/flink/metrics.rs";
 
 /// Grafana's variables, replaced by plausible values before an expression is parsed.
 const GRAFANA_VARS: [(&str, &str); 5] = [
@@ -79,6 +80,20 @@ fn exported(source: &str) -> BTreeSet<String> {
     all
 }
 
+/// The Flink metrics `operator/src/engine/flink/metrics.rs` lists (quoted `"flink_…"` names; the
+/// Flink e2e finds each of them on a running job).
+fn flink_listed(source: &str) -> BTreeSet<String> {
+    source
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| {
+            s.starts_with("flink_") && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+        .map(str::to_string)
+        .collect()
+}
+
 /// Every vector selector of an expression (those inside range selectors included).
 struct Selectors(Vec<VectorSelector>);
 
@@ -94,17 +109,29 @@ impl ExprVisitor for Selectors {
     }
 }
 
-/// The metrics of `runtime/src/metrics.rs` and of `operator/src/metrics.rs`.
+/// The metrics of `runtime/src/metrics.rs` and of `operator/src/metrics.rs`, and the Flink
+/// metrics the operator's Flink engine lists.
 struct Exported {
     runtime: BTreeSet<String>,
     operator: BTreeSet<String>,
+    flink: BTreeSet<String>,
 }
 
 impl Exported {
     fn from_code() -> Self {
         let (runtime, operator) = (read(RUNTIME_METRICS), read(OPERATOR_METRICS));
         let (runtime, operator) = (exported(&runtime), exported(&operator));
-        Self { runtime, operator }
+        let flink = flink_listed(&read(FLINK_METRICS));
+        Self {
+            runtime,
+            operator,
+            flink,
+        }
+    }
+
+    /// Carries the `streamjob` label (the job's pods' metrics, not the operator's).
+    fn of_a_job(&self, name: &str) -> bool {
+        self.runtime.contains(name) || self.flink.contains(name)
     }
 
     /// What is wrong with `expr` (from `origin`): unparsable, a metric neither source exports,
@@ -123,21 +150,31 @@ impl Exported {
         let _ = walk_expr(&mut selectors, &ast);
         let mut problems = Vec::new();
         for vs in selectors.0 {
+            // a name, `__name__="a"`, or `__name__=~"a|b"` (one selector over both engines)
             let by_name = vs.matchers.find_matchers("__name__");
-            let equal = by_name.iter().find(|m| m.op == MatchOp::Equal);
-            let Some(name) = vs.name.clone().or_else(|| equal.map(|m| m.value.clone())) else {
-                problems.push(format!("{origin}: `{expr}` selects no metric by name"));
-                continue;
+            let names: Vec<String> = match (&vs.name, by_name.first()) {
+                (Some(name), _) => vec![name.clone()],
+                (None, Some(m)) if m.op == MatchOp::Equal => vec![m.value.clone()],
+                (None, Some(m)) if matches!(m.op, MatchOp::Re(_)) => {
+                    m.value.split('|').map(str::to_string).collect()
+                }
+                _ => Vec::new(),
             };
-            if !self.runtime.contains(&name) && !self.operator.contains(&name) {
-                problems.push(format!(
-                    "{origin}: `{expr}` uses unknown metric {name}: neither {RUNTIME_METRICS} nor {OPERATOR_METRICS} exports it"
-                ));
+            if names.is_empty() {
+                problems.push(format!("{origin}: `{expr}` selects no metric by name"));
             }
-            if self.runtime.contains(&name) && !vs.matchers.find_matchers("job").is_empty() {
-                problems.push(format!(
-                    "{origin}: `{expr}` matches `job` on the runtime metric {name}: its label is `streamjob`"
-                ));
+            for name in names {
+                let known = self.of_a_job(&name) || self.operator.contains(&name);
+                if !known {
+                    problems.push(format!(
+                        "{origin}: `{expr}` uses unknown metric {name}: neither {RUNTIME_METRICS} nor {OPERATOR_METRICS} exports it, nor does {FLINK_METRICS} list it"
+                    ));
+                }
+                if self.of_a_job(&name) && !vs.matchers.find_matchers("job").is_empty() {
+                    problems.push(format!(
+                        "{origin}: `{expr}` matches `job` on the job metric {name}: its label is `streamjob`"
+                    ));
+                }
             }
         }
         problems
@@ -199,7 +236,16 @@ fn monitoring_check_catches_unknown_metrics_and_job_matchers() {
         !no_histogram.contains("streamjob_y_seconds_bucket"),
         "{no_histogram:?}"
     );
-    let code = Exported { runtime, operator };
+    let flink = flink_listed(r#"pub const FLINK_METRICS: &[&str] = &["flink_a_b", "not flink"];"#);
+    assert_eq!(
+        Vec::from_iter(flink.iter().map(String::as_str)),
+        ["flink_a_b"]
+    );
+    let code = Exported {
+        runtime,
+        operator,
+        flink,
+    };
     let check = |expr: &str| code.check("t", expr).join("\n");
     assert_eq!(check("max(streamjob_leader) == 0"), "");
     let unknown = check("rate(streamjob_nope_total[$__rate_interval])");
@@ -207,20 +253,31 @@ fn monitoring_check_catches_unknown_metrics_and_job_matchers() {
         "`rate(streamjob_nope_total[$__rate_interval])` uses unknown metric streamjob_nope_total";
     assert!(unknown.contains(message), "{unknown}");
     let job = check(r#"increase(streamjob_a_total{job="clicks"}[5m])"#);
-    let message = "matches `job` on the runtime metric streamjob_a_total";
+    let message = "matches `job` on the job metric streamjob_a_total";
     assert!(job.contains(message), "{job}");
+    assert_eq!(check(r#"max(flink_a_b{streamjob="x"})"#), "");
+    assert_eq!(
+        check(r#"count({__name__=~"streamjob_a_total|flink_a_b"})"#),
+        ""
+    );
+    let union = check(r#"count({__name__=~"streamjob_a_total|flink_nope"})"#);
+    assert!(union.contains("unknown metric flink_nope"), "{union}");
     assert!(check("streamjob_leader{").contains("cannot parse"));
     assert!(check(r#"streamjob_leader{pod="$pod"}"#).contains("unknown variable"));
 }
 
 #[test]
 fn monitoring_alerts_and_dashboard_are_complete() {
-    let runtime = exported(&read(RUNTIME_METRICS));
+    let code = Exported::from_code();
     let mut missing = Vec::new();
     for rule in all_rules() {
         let name = rule["alert"].as_str().expect("only alerting rules");
         let expr = rule["expr"].as_str().unwrap_or_default();
-        let of_runtime = runtime.iter().any(|m| expr.contains(m.as_str()));
+        let of_runtime = code
+            .runtime
+            .iter()
+            .chain(&code.flink)
+            .any(|m| expr.contains(m.as_str()));
         let summary = rule["annotations"]["summary"].as_str().unwrap_or_default();
         let named = !summary.is_empty() && (!of_runtime || summary.contains("$labels.streamjob"));
         let described = rule["annotations"]["description"].is_string();
@@ -314,6 +371,13 @@ fn monitoring_chart_renders_the_files() {
         let endpoint = |key: &str| spec["podMetricsEndpoints"][0][key].clone();
         let scraped = [endpoint("port"), endpoint("path")];
         assert_eq!(scraped, ["metrics", "/metrics"]);
+        // `streamjob` on every series from the pod label (Flink's metrics have none)
+        let copied = json!([{"sourceLabels": ["__meta_kubernetes_pod_label_streamjob_io_job"],
+                             "targetLabel": "streamjob_io_job"}]);
+        assert_eq!(endpoint("relabelings"), copied);
+        let named = json!([{"sourceLabels": ["streamjob_io_job"], "targetLabel": "streamjob"},
+                           {"action": "labeldrop", "regex": "streamjob_io_job"}]);
+        assert_eq!(endpoint("metricRelabelings"), named);
         let sm = one(&docs, "ServiceMonitor");
         assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
         let (pr, file) = (one(&docs, "PrometheusRule"), rules());

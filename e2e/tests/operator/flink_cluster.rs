@@ -14,6 +14,7 @@
 use streamjob_e2e::flink::{
     TEST_JOB_CLASS, TEST_JOB_IMAGE, TEST_JOB_V2_IMAGE, check_counting_output, counting_job_args,
 };
+use streamjob_operator::engine::flink::metrics::FLINK_METRICS;
 use streamjob_operator::engine::flink::plan::job_id;
 use streamjob_operator::engine::flink::precheck::operator_id;
 use streamjob_operator::engine::flink::rest::FlinkRest;
@@ -205,6 +206,20 @@ async fn flink_metrics() -> Vec<String> {
     texts
 }
 
+/// The names of [`FLINK_METRICS`] with no sample in `texts`.
+fn unscraped(texts: &[String]) -> Vec<&'static str> {
+    FLINK_METRICS
+        .iter()
+        .copied()
+        .filter(|m| {
+            !texts.iter().flat_map(|t| t.lines()).any(|l| {
+                l.strip_prefix(m)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
+        })
+        .collect()
+}
+
 /// The sum of the samples of `metric` (any labels) in Prometheus texts.
 fn metric_sum(texts: &[String], metric: &str) -> Option<f64> {
     let values: Vec<f64> = texts
@@ -299,6 +314,17 @@ async fn refused(ctx: &Ctx, job: &FlinkJob, needle: &str, before: &Pod) {
     );
 }
 
+/// SIGKILLs the operator's process (its Deployment's kubelet starts it again).
+async fn kill_operator(ctx: &Ctx, when: &str) {
+    let (pod, pid) = operator_process(ctx.env).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL operator");
+    ctx.log(&format!("killed operator {pod} (pid {pid}) {when}"));
+}
+
 /// How an upgrade went.
 struct Upgraded {
     /// Seconds from `kubectl apply` to promotion (the new version's first checkpoint).
@@ -345,13 +371,7 @@ async fn upgraded(ctx: &Ctx, job: &FlinkJob, kill: bool) -> Upgraded {
             ctx.seen()
         );
         if kill && !s.is_empty() && !stale && !killed.contains(&s) {
-            let (pod, pid) = operator_process(ctx.env).await;
-            nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
-                nix::sys::signal::Signal::SIGKILL,
-            )
-            .expect("SIGKILL operator");
-            ctx.log(&format!("killed operator {pod} (pid {pid}) at {s}"));
+            kill_operator(ctx, &format!("at {s}")).await;
             killed.push(s);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -458,6 +478,18 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
         "Flink metrics: {} records out, {} TaskManagers registered",
         metrics.0, metrics.1
     ));
+    // every Flink metric the chart's dashboard and alerts read, named by Flink as they expect
+    let all_there = poll_until(
+        "every Flink metric the dashboard reads",
+        TIMEOUT,
+        Duration::from_millis(500),
+        || async { Ok(unscraped(&flink_metrics().await).is_empty().then_some(())) },
+    )
+    .await;
+    if all_there.is_err() {
+        let missing = unscraped(&flink_metrics().await);
+        panic!("Flink metrics the dashboard reads, not scraped: {missing:?}");
+    }
 
     // the store credentials reach the Flink processes from the Secret, and nothing else
     let jm = job_manager(&ctx).await;
@@ -499,8 +531,8 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
     };
     let ui_uid = ui_service();
 
-    // a TaskManager killed (as by the OOM killer): its pod fails, the operator replaces it, the
-    // new TaskManager registers and Flink restarts the job from its latest checkpoint; output
+    // a TaskManager killed (as by the OOM killer), then the operator: its pod fails, the operator
+    // (back) replaces it, the new TaskManager registers and Flink restarts the job from its latest checkpoint; output
     // stays exactly once (checked at the end)
     let tms = ctx.pods_with_role("worker").await;
     let tm_pid = container_pid(&tms[0]).expect("TaskManager process");
@@ -513,6 +545,8 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("SIGKILL TaskManager");
+    // the operator lost during the recovery too: the one that comes back finds the failed pod
+    kill_operator(&ctx, "after the TaskManager").await;
     ctx.wait(
         "a checkpoint after the TaskManager's replacement",
         FLINK_TIMEOUT,
@@ -533,8 +567,8 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
         "TaskManager SIGKILLed: a new checkpoint {tm_recovery:.1}s later"
     ));
 
-    // the JobManager lost (its JVM SIGKILLed, as by the OOM killer): its pod fails, the operator
-    // makes it again under the same run, and the new JobManager resumes from the newest
+    // the JobManager lost (its JVM SIGKILLed, as by the OOM killer), then the operator: its pod
+    // fails, the operator (back) makes it again under the same run, and the new JobManager resumes from the newest
     // checkpoint Flink completed — not the older one the operator last wrote into status, whose
     // output since would be written again (and which retention may have deleted); new
     // TaskManagers register with it; output stays exactly once (checked at the end)
@@ -566,6 +600,7 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("SIGKILL JobManager");
+    kill_operator(&ctx, "after the JobManager").await;
     ctx.wait(
         "a checkpoint of the JobManager made again",
         FLINK_TIMEOUT,
