@@ -314,14 +314,17 @@ async fn refused(ctx: &Ctx, job: &FlinkJob, needle: &str, before: &Pod) {
     );
 }
 
+/// SIGKILLs process `pid` (`what` names it in a failure).
+fn sigkill(pid: u32, what: &str) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)
+        .unwrap_or_else(|e| panic!("SIGKILL {what}: {e}"));
+}
+
 /// SIGKILLs the operator's process (its Deployment's kubelet starts it again).
 async fn kill_operator(ctx: &Ctx, when: &str) {
     let (pod, pid) = operator_process(ctx.env).await;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("SIGKILL operator");
+    sigkill(pid, "operator");
     ctx.log(&format!("killed operator {pod} (pid {pid}) {when}"));
 }
 
@@ -540,11 +543,7 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
         .as_u64()
         .unwrap_or(0);
     let killed_at = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(tm_pid).unwrap()),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("SIGKILL TaskManager");
+    sigkill(tm_pid, "TaskManager");
     // the operator lost during the recovery too: the one that comes back finds the failed pod
     kill_operator(&ctx, "after the TaskManager").await;
     ctx.wait(
@@ -595,11 +594,7 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
     .expect("Flink's checkpoints");
     let jm_pid = container_pid(&jm).expect("JobManager process");
     let killed_at = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(jm_pid).unwrap()),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("SIGKILL JobManager");
+    sigkill(jm_pid, "JobManager");
     kill_operator(&ctx, "after the JobManager").await;
     ctx.wait(
         "a checkpoint of the JobManager made again",
