@@ -15,6 +15,14 @@ pub(super) enum Health {
 }
 
 impl Ctx<'_> {
+    /// Until an upgrade stops it, the old version is kept running as in a steady state: planning,
+    /// the warm standby and a savepoint step waiting for the job to run call this.
+    pub(super) fn keep_old_version_running(&mut self) {
+        if let Some(dep) = self.st.deployment.clone() {
+            self.keep_deployed_running(&dep);
+        }
+    }
+
     /// Replace or recreate the deployed run's pod when it cannot get its job running by itself
     /// (missing, failed, killed and held back, fenced, restarted into standby, job failed).
     /// Nothing else would: before the old version is stopped, an upgrade waits for its job to

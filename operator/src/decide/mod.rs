@@ -449,15 +449,6 @@ impl Ctx<'_> {
             }
         };
         let sp = self.poll_savepoint();
-        // Until the old version is stopped for an upgrade, it keeps running as in a steady state
-        // (the savepoint step does the same while it waits for the job to run).
-        if let Some(s) = stage
-            && matches!(s.kind, InPlace | Shadow)
-            && matches!(s.step, Planning | StartingStandby)
-            && let Some(dep) = self.st.deployment.clone()
-        {
-            self.keep_deployed_running(&dep);
-        }
         match stage {
             None => self.steady(sp),
             Some(s) => match (s.kind, s.step) {

@@ -8,15 +8,8 @@ impl Ctx<'_> {
             return;
         };
         // Nothing has been touched yet: a newer spec (or a suspend) replaces this plan.
-        let current = self.spec_hash.clone();
-        let superseded = match s.kind {
-            Resume => {
-                self.spec.state == JobState::Suspended || current.as_deref() != Some(up.to.as_str())
-            }
-            _ => {
-                self.spec.state == JobState::Suspended || current.as_deref() != Some(up.to.as_str())
-            }
-        };
+        let superseded = self.spec.state == JobState::Suspended
+            || self.spec_hash.as_deref() != Some(up.to.as_str());
         let plan = self.plan_name().unwrap_or_default();
         if superseded && self.spec_error.is_none() {
             self.delete_pod(&plan);
@@ -31,6 +24,10 @@ impl Ctx<'_> {
                 self.steady(SpPoll::NoPending);
             }
             return;
+        }
+        // (a Resume plans while nothing runs)
+        if s.kind != Resume {
+            self.keep_old_version_running();
         }
         let target = self.upgrade_spec().unwrap_or_else(|| self.spec.clone());
         self.ensure_config(&up.to, &target);

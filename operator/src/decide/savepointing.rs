@@ -47,9 +47,7 @@ impl Ctx<'_> {
                     }
                     other => {
                         // A run that cannot get its job running by itself is replaced now.
-                        if let Some(dep) = self.st.deployment.clone() {
-                            self.keep_deployed_running(&dep);
-                        }
+                        self.keep_old_version_running();
                         self.st.message = Some(format!(
                             "waiting for the job to run to take a savepoint (state {other:?}); set spec.upgrade.mode to last-state to upgrade from the latest checkpoint"
                         ));

@@ -10,6 +10,7 @@ impl Ctx<'_> {
         let Some(name) = self.standby_name() else {
             return;
         };
+        self.keep_old_version_running();
         let target = self.upgrade_spec().unwrap_or_else(|| self.spec.clone());
         self.requeue = FAST;
         match self.obs.pod(&name) {

@@ -187,10 +187,6 @@ impl ClusterPlan {
             ("metrics", METRICS_PORT),
         ];
         let mut container = self.container("jobmanager", args, &ports, &self.job_manager);
-        container
-            .volume_mounts
-            .get_or_insert_default()
-            .push(CheckerInstall::mount());
         let probe = |initial: i32| Probe {
             http_get: Some(HTTPGetAction {
                 path: Some("/config".into()),
@@ -337,17 +333,22 @@ impl ClusterPlan {
         }
     }
 
-    /// A pod of the cluster; `checker`: with the init container copying our checker in (the
-    /// user's template is merged last, and every container is then held to `restricted`).
+    /// A pod of the cluster; `checker`: with the init container copying our checker into a
+    /// volume `container` mounts (the user's template is merged last, and every container is
+    /// then held to `restricted`).
     fn pod(
         &self,
         name: &str,
         component: &str,
-        container: Container,
+        mut container: Container,
         checker: Option<&CheckerInstall>,
     ) -> Pod {
         let mut volumes = vec![conf_volume(&self.config_map_name(), false)];
-        volumes.extend(checker.map(|_| CheckerInstall::volume()));
+        if checker.is_some() {
+            volumes.push(CheckerInstall::volume());
+            let mounts = container.volume_mounts.get_or_insert_default();
+            mounts.push(CheckerInstall::mount());
+        }
         let spec = PodSpec {
             init_containers: checker.map(|c| vec![c.init_container()]),
             containers: vec![container],

@@ -107,18 +107,15 @@ public final class Resume {
         if (entries == null) {
             return null;
         }
-        List<long[]> numbered = new ArrayList<>();
-        List<Path> paths = new ArrayList<>();
+        List<FileStatus> checkpoints = new ArrayList<>();
         for (FileStatus entry : entries) {
-            String name = entry.getPath().getName();
-            if (entry.isDir() && name.matches("chk-[0-9]{1,18}")) {
-                numbered.add(new long[] {Long.parseLong(name.substring(4)), paths.size()});
-                paths.add(entry.getPath());
+            if (entry.isDir() && entry.getPath().getName().matches("chk-[0-9]{1,18}")) {
+                checkpoints.add(entry);
             }
         }
-        numbered.sort(Comparator.comparingLong((long[] n) -> n[0]).reversed());
-        for (long[] n : numbered) {
-            Path checkpoint = paths.get((int) n[1]);
+        checkpoints.sort(Comparator.comparingLong(Resume::number).reversed());
+        for (FileStatus entry : checkpoints) {
+            Path checkpoint = entry.getPath();
             Path metadata = new Path(checkpoint, Storage.METADATA);
             if (!fs.exists(metadata)) {
                 System.err.println("flink-check --resume: passing over " + checkpoint + ": no _metadata (not completed)");
@@ -132,5 +129,10 @@ public final class Resume {
             return checkpoint.toString();
         }
         return null;
+    }
+
+    /** N of a {@code chk-N} directory. */
+    private static long number(FileStatus checkpoint) {
+        return Long.parseLong(checkpoint.getPath().getName().substring("chk-".length()));
     }
 }
