@@ -8,6 +8,11 @@
 //! follower could take over, counted from *before* its last successful renewal was sent, so the
 //! two never act at once whatever their clocks say (the process exits and is restarted as a
 //! follower).
+//!
+//! A leader that stops on purpose (SIGTERM: a rolling update, a drained node) hands the Lease
+//! back once its controller has stopped, as client-go's `ReleaseOnCancel` does: the holder is
+//! cleared, and a follower takes the Lease at its next attempt instead of waiting out a whole
+//! duration with no replica reconciling.
 
 use std::time::Duration;
 
@@ -174,6 +179,23 @@ pub async fn try_acquire(
     }
 }
 
+/// Hands back the Lease this replica last wrote (`mine`): the holder cleared, with the
+/// resourceVersion of our last write, so a Lease someone else has written since is left alone.
+async fn release(api: &Api<Lease>, cfg: &LeaseConfig, mine: Option<Lease>) {
+    let Some(mut lease) = mine else { return };
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+    }
+    match api.replace(&cfg.name, &PostParams::default(), &lease).await {
+        Ok(_) => tracing::info!(lease = %cfg.name, "lease released"),
+        Err(e) => {
+            tracing::warn!(lease = %cfg.name, error = %e, "lease not released: a follower waits it out")
+        }
+    }
+}
+
 /// When the election loop tries next. A leader paces its renewals from when the last one was
 /// *sent* (`sent`), not from when its answer came: behind an API server that answers late, each
 /// renewal then starts before the previous one's deadline has half run out. It also wakes at
@@ -228,14 +250,31 @@ impl Leadership {
     }
 }
 
+/// The election loop, to stop once the controller has stopped.
+#[derive(Debug)]
+pub struct Election {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Election {
+    /// Stops the loop and hands the Lease back if this replica holds it. Call only when this
+    /// replica will act no more (its controller has stopped): a follower may lead at once.
+    pub async fn release(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
 /// Runs the election loop in the background.
-pub fn spawn(client: Client, cfg: LeaseConfig) -> Leadership {
+pub fn spawn(client: Client, cfg: LeaseConfig) -> (Leadership, Election) {
     let (tx, rx) = watch::channel(None);
+    let (stop, mut stopped) = watch::channel(false);
     let leadership = Leadership {
         renewed: rx,
         cfg: cfg.clone(),
     };
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
         let mut seen = None;
         let mut mine = None;
@@ -273,10 +312,17 @@ pub fn spawn(client: Client, cfg: LeaseConfig) -> Leadership {
             if tx.send(renewed).is_err() {
                 return;
             }
-            tokio::time::sleep_until(next_attempt(&cfg, sent, renewed, Instant::now())).await;
+            tokio::select! {
+                () = tokio::time::sleep_until(next_attempt(&cfg, sent, renewed, Instant::now())) => {}
+                _ = stopped.changed() => {
+                    let _ = tx.send(None);
+                    release(&api, &cfg, mine.filter(|_| renewed.is_some())).await;
+                    return;
+                }
+            }
         }
     });
-    leadership
+    (leadership, Election { stop, task })
 }
 
 #[cfg(test)]

@@ -218,7 +218,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         // behind the watches and reconciles, nor opens one (a TLS handshake) when it is due.
         let lease_client = kube::Client::try_from(config)
             .context("cannot build a Kubernetes client from its configuration")?;
-        let mut leadership = leader::spawn(
+        let (mut leadership, election) = leader::spawn(
             lease_client,
             LeaseConfig {
                 namespace,
@@ -232,7 +232,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .acquired()
             .await
             .context("leader election stopped")?;
-        leading = Some(leadership);
+        leading = Some((leadership, election));
     }
     metrics.set_leader(true);
 
@@ -262,7 +262,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let control = HttpControl::new(control_timeout)?;
     let mut ctx = Context::new(client, control, metrics.clone(), settings).with_clock(clock);
-    if let Some(leadership) = &leading {
+    if let Some((leadership, _)) = &leading {
         ctx = ctx.leading(leadership.clone());
     }
     let ctx = Arc::new(ctx);
@@ -274,9 +274,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
 
     let result = match leading {
-        Some(mut leadership) => {
+        Some((mut leadership, election)) => {
             tokio::select! {
-                () = controller::run(ctx) => Ok(()),
+                () = controller::run(ctx) => {
+                    // stopped on a signal, every reconcile done: the next replica may lead now
+                    let _ = tokio::time::timeout(Duration::from_secs(5), election.release()).await;
+                    Ok(())
+                }
                 () = leadership.lost() => {
                     Err(anyhow::anyhow!("lost the leader lease; exiting so a fresh replica takes over"))
                 }

@@ -5,9 +5,11 @@
 //! operator's NetworkPolicy enforced by the node. A savepoint by nonce; a change of the max
 //! parallelism refused by the pre-check with the job untouched; then an image bump in place: the
 //! check pod's init container copies the checker from the flink-checker image and the checker
-//! reads the S3 savepoint with the job's plugins. Before it, the JobManager pod is deleted and
-//! the one made again resumes from the newest checkpoint on MinIO. Every number in exactly one committed
-//! line, each key's running count exactly 1..=N across both images.
+//! reads the S3 savepoint with the job's plugins. Before it, a TaskManager is OOM-killed by its
+//! container's memory limit (the job leaks native memory on request) and replaced while the
+//! operator's pod is deleted too, and the JobManager pod is deleted and the one made again
+//! resumes from the newest checkpoint on MinIO. Every number in exactly one committed line, each
+//! key's running count exactly 1..=N across both images.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,9 @@ const VERSION: &str = "2.3.0";
 const RECORDS: u64 = 32_000;
 const KEYS: u64 = 8;
 const FLINK_TIMEOUT: Duration = Duration::from_secs(180);
+/// Once this file exists in a TaskManager's container, the test job's throttle there leaks
+/// native memory until the kernel kills the TaskManager (`--leak-file`).
+const LEAK_FILE: &str = "/tmp/streamjob-leak";
 
 /// The StreamJob: `tag` of the test job's image, `revision` written into every line, `rate`
 /// records per second per source subtask (0: run out), `nonce` a savepoint request, `extra` more
@@ -33,7 +38,18 @@ fn manifest(
     extra: &[&str],
 ) -> String {
     let root = format!("s3://{}/flink", job.bucket);
-    let args = counting_job_args(&format!("{root}/out"), RECORDS, KEYS, rate, revision, extra);
+    let extra: Vec<&str> = ["--leak-file", LEAK_FILE]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let args = counting_job_args(
+        &format!("{root}/out"),
+        RECORDS,
+        KEYS,
+        rate,
+        revision,
+        &extra,
+    );
     serde_json::json!({
         "apiVersion": "streamjob.io/v1alpha1",
         "kind": "StreamJob",
@@ -111,16 +127,150 @@ fn checkpoint_number(key: &str) -> Option<u64> {
     dir.rsplit('/').next()?.strip_prefix("chk-")?.parse().ok()
 }
 
-/// Every committed object under `flink/out/` of the bucket, downloaded into `dir` (Flink's S3
-/// writer makes an object visible only when a checkpoint commits it).
-async fn download_output(env: &TestEnv, job: &Job, dir: &std::path::Path) -> usize {
-    let objects = env.s3().list(&job.bucket, "flink/out").await.unwrap();
+/// Every committed object under `prefix` of `bucket`, downloaded into `dir` (Flink's S3 writer
+/// makes an object visible only when a checkpoint commits it).
+async fn download_output(
+    env: &TestEnv,
+    bucket: &str,
+    prefix: &str,
+    dir: &std::path::Path,
+) -> usize {
+    let objects = env.s3().list(bucket, prefix).await.unwrap();
     for o in &objects {
         let path = dir.join(&o.key);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, env.s3().read(&job.bucket, &o.key).await.unwrap()).unwrap();
+        std::fs::write(&path, env.s3().read(bucket, &o.key).await.unwrap()).unwrap();
     }
     objects.len()
+}
+
+/// The newest checkpoint in the job's status.
+async fn recorded_checkpoint(env: &TestEnv, job: &Job) -> u64 {
+    let o = sj_api(env.client().await.unwrap(), &job.ns)
+        .get(&job.name)
+        .await
+        .unwrap();
+    status(&o)["lastCheckpoint"]["id"].as_u64().unwrap_or(0)
+}
+
+/// The newest completed checkpoint (with its `_metadata`) of the run of JobManager `jm` on
+/// MinIO: Flink's own word, ahead of the status the operator copies it into.
+async fn newest_checkpoint(env: &TestEnv, job: &Job, jm: &str) -> u64 {
+    let checkpoints = format!("flink/checkpoints/{}/", job_id(jm));
+    env.s3()
+        .list(&job.bucket, &checkpoints)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|o| checkpoint_number(&o.key))
+        .max()
+        .unwrap_or(0)
+}
+
+/// A TaskManager OOM-killed by its container's memory limit: the test job's throttle on it
+/// allocates native memory once [`LEAK_FILE`] exists there, outside every limit the JVM knows,
+/// so only the kernel stops it (`OOMKilled`, exit 137; the pod Failed, as TaskManagers never
+/// restart in place). The operator replaces the pod and names the kernel's reason in a
+/// `WorkerReplaced` event; its own pod is deleted right after the kill, so the one the
+/// Deployment makes again finishes the recovery. Flink restarts the job from its latest
+/// checkpoint on the new TaskManager (exactly once: checked at the end of the test).
+async fn oom_kill_a_task_manager(env: &'static TestEnv, job: &Job) {
+    let tm = pods_with_role(env, job, "worker")
+        .await
+        .into_iter()
+        .find(running)
+        .expect("a running TaskManager");
+    let tm_name = tm.metadata.name.clone().expect("TaskManager name");
+    let jm = pods_with_role(env, job, "runtime").await;
+    let jm_name = jm[0].metadata.name.clone().expect("JobManager name");
+    let t0 = Instant::now();
+    env.kubectl_ok(
+        &[
+            "exec",
+            "-n",
+            &job.ns,
+            &tm_name,
+            "-c",
+            "taskmanager",
+            "--",
+            "touch",
+            LEAK_FILE,
+        ],
+        None,
+    )
+    .expect("kubectl exec: the leak file");
+    let pods: Api<Pod> = Api::namespaced(env.client().await.unwrap(), &job.ns);
+    let exit = poll_until(
+        "the TaskManager's container OOMKilled",
+        TIMEOUT,
+        Duration::from_millis(100),
+        || async {
+            let Some(pod) = pods.get_opt(&tm_name).await? else {
+                return Err(streamjob_e2e::error::Error::Other(format!(
+                    "TaskManager {tm_name} gone before it was seen OOMKilled"
+                )));
+            };
+            let terminated = pod
+                .status
+                .and_then(|s| s.container_statuses)
+                .into_iter()
+                .flatten()
+                .find(|c| c.name == "taskmanager")
+                .and_then(|c| c.state?.terminated);
+            Ok(terminated
+                .filter(|t| t.reason.as_deref() == Some("OOMKilled"))
+                .map(|t| t.exit_code))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", dump(env, &job.ns)));
+    let killed_after = t0.elapsed();
+    // at most one checkpoint in flight at the kill (Flink's default) can still complete
+    // without the dead TaskManager: one past it was taken after the restart
+    let recovered_at = newest_checkpoint(env, job, &jm_name).await + 2;
+    let operator_ns = operator(env).await;
+    env.kubectl_ok(
+        &[
+            "delete",
+            "pod",
+            "-n",
+            operator_ns,
+            "-l",
+            "app.kubernetes.io/name=streamjob-operator",
+            "--wait=false",
+        ],
+        None,
+    )
+    .expect("kubectl delete the operator's pod");
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(env.client().await.unwrap(), &job.ns);
+    let event = poll_until(
+        "a WorkerReplaced event naming the OOM kill, and a checkpoint after it",
+        FLINK_TIMEOUT,
+        Duration::from_millis(250),
+        || async {
+            let replaced = events
+                .list(&ListParams::default().fields("reason=WorkerReplaced"))
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|e| e.message)
+                .find(|m| m.contains(&tm_name) && m.contains("OOMKilled"));
+            let checkpointed = recorded_checkpoint(env, job).await >= recovered_at;
+            let replacement = pods_with_role(env, job, "worker")
+                .await
+                .iter()
+                .any(|p| p.metadata.uid != tm.metadata.uid && running(p));
+            Ok(replaced.filter(|_| checkpointed && replacement))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", dump(env, &job.ns)));
+    eprintln!(
+        "TaskManager OOMKilled (exit {exit}) {killed_after:?} after the leak began; replaced, \
+         the operator's pod deleted, a new checkpoint {:?} after the kill: {event}",
+        t0.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,28 +401,21 @@ async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
         t_refused.elapsed()
     );
 
+    oom_kill_a_task_manager(env, &job).await;
+
     // the JobManager pod deleted: the operator makes it again under the same run, and its
     // flink-jobmanager resumes from the newest checkpoint on MinIO — not the older one status
     // recorded, whose output since would be written again — with new TaskManagers; output stays
     // exactly once (checked at the end)
     let jm = pods_with_role(env, &job, "runtime").await;
     let jm_name = jm[0].metadata.name.clone().expect("JobManager name");
-    let checkpoints = format!("flink/checkpoints/{}/", job_id(&jm_name));
     let (newest, recorded) = poll_until(
         "a checkpoint on MinIO newer than the one in status",
         FLINK_TIMEOUT,
         Duration::from_millis(250),
         || async {
-            let o = sj_api(env.client().await?, &job.ns).get(&job.name).await?;
-            let recorded = status(&o)["lastCheckpoint"]["id"].as_u64().unwrap_or(0);
-            let newest = env
-                .s3()
-                .list(&job.bucket, &checkpoints)
-                .await?
-                .iter()
-                .filter_map(|o| checkpoint_number(&o.key))
-                .max()
-                .unwrap_or(0);
+            let recorded = recorded_checkpoint(env, &job).await;
+            let newest = newest_checkpoint(env, &job, &jm_name).await;
             Ok((newest > recorded).then_some((newest, recorded)))
         },
     )
@@ -366,7 +509,7 @@ async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
     wait_finished(env, &job).await;
 
     let dir = env.run_dir.join("flink-output").join(&job.ns);
-    let objects = download_output(env, &job, &dir).await;
+    let objects = download_output(env, &job.bucket, "flink/out", &dir).await;
     let revisions: BTreeMap<String, usize> =
         check_counting_output(&dir, RECORDS, KEYS).expect("every number once, counts 1..=N");
     eprintln!("exactly-once: {objects} committed objects, lines per revision {revisions:?}");
@@ -376,4 +519,106 @@ async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
             "revision {r} wrote lines: {revisions:?}"
         );
     }
+}
+
+/// The value of `--name` in the test job's arguments.
+fn arg<'a>(args: &'a [String], name: &str) -> &'a str {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .unwrap_or_else(|| panic!("{name} in the example's job arguments: {args:?}"))
+}
+
+/// h. `examples/flink-counting.yaml` as written, on the real node: the cluster gets what its
+/// comment asks for — MinIO as the Service `minio.storage.svc:9000` (a Service without selector
+/// whose EndpointSlice names the MinIO the tests run, reached through kube-proxy and CoreDNS),
+/// the Secret `minio-credentials` made with the comment's `kubectl create secret`, the bucket —
+/// and the file is applied unchanged. The job runs to its end: every number in exactly one
+/// committed line on MinIO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h_flink_example_runs_as_written() {
+    let env = env().await;
+    operator(env).await;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/flink-counting.yaml"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let example =
+        streamjob_crds::v1alpha1::StreamJob::from_yaml(&text).expect("the example parses");
+    let name = example.metadata.name.clone().expect("the example's name");
+    let args = example
+        .spec
+        .flink
+        .as_ref()
+        .expect("spec.flink")
+        .job
+        .args
+        .clone();
+    let output = arg(&args, "--output");
+    let records: u64 = arg(&args, "--records").parse().unwrap();
+    let keys: u64 = arg(&args, "--keys").parse().unwrap();
+    let (bucket, prefix) = output
+        .strip_prefix("s3://")
+        .and_then(|p| p.split_once('/'))
+        .expect("the example writes to s3://bucket/prefix");
+
+    // what the example's comment asks the cluster for
+    let s3 = env.s3();
+    let port = s3.url.rsplit(':').next().expect("MinIO's port");
+    let _ = env.kubectl(&["create", "namespace", "storage"], None);
+    let minio = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": "minio", "namespace": "storage"},
+         "spec": {"ports": [{"name": "s3", "port": 9000, "targetPort": port.parse::<u16>().unwrap()}]}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+         "metadata": {"name": "minio-e2e", "namespace": "storage",
+                      "labels": {"kubernetes.io/service-name": "minio"}},
+         "addressType": "IPv4",
+         "ports": [{"name": "s3", "port": port.parse::<u16>().unwrap(), "protocol": "TCP"}],
+         "endpoints": [{"addresses": [streamjob_e2e::cluster::host_address()],
+                        "conditions": {"ready": true}}]},
+    ]});
+    env.kubectl_ok(&["apply", "-f", "-"], Some(&minio.to_string()))
+        .expect("the minio Service");
+    s3.create_bucket(bucket).await.unwrap();
+    let ns = env.restricted_namespace("example").await.unwrap();
+    env.kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "minio-credentials",
+            "-n",
+            &ns,
+            &format!("--from-literal=AWS_ACCESS_KEY_ID={}", s3.access_key),
+            &format!("--from-literal=AWS_SECRET_ACCESS_KEY={}", s3.secret_key),
+        ],
+        None,
+    )
+    .expect("the credentials Secret");
+
+    let t0 = Instant::now();
+    env.kubectl_ok(&["apply", "-n", &ns, "-f", path], None)
+        .expect("kubectl apply -f examples/flink-counting.yaml");
+    let job = Job::new(&name, &ns, bucket);
+    wait_job(
+        env,
+        &job,
+        "Running with a checkpoint",
+        FLINK_TIMEOUT,
+        running_with_checkpoint,
+    )
+    .await;
+    let running_after = t0.elapsed();
+    wait_finished(env, &job).await;
+    let dir = env.run_dir.join("flink-example-output");
+    let objects = download_output(env, bucket, prefix, &dir).await;
+    let revisions =
+        check_counting_output(&dir, records, keys).expect("every number once, counts 1..=N");
+    eprintln!(
+        "FIGURES example: apply -> Running with a checkpoint {running_after:?}, finished \
+         {:?}; exactly once: {records} records in {objects} committed objects {revisions:?}",
+        t0.elapsed()
+    );
 }

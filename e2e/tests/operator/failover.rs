@@ -148,6 +148,8 @@ async fn upgrade_to_a_step(ctx: &mut Ctx, image: &str) -> (String, String) {
 /// before (the controller checks the Lease's deadline on its own monotonic clock before every
 /// write and action). In the second upgrade the leader is SIGKILLed at its first step: its
 /// container restarts and the Lease is held again within the bound. Every aggregate once.
+/// Last, the leader is stopped by SIGTERM and hands the Lease back: the standby leads within
+/// one of its polls, without waiting the Lease out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x_two_operator_replicas_fail_over_mid_upgrade() {
     let env = env().await;
@@ -309,6 +311,31 @@ async fn x_two_operator_replicas_fail_over_mid_upgrade() {
     ctx.finished().await;
     ctx.assert_exactly_once().await;
     ctx.log(&format!("phases: {:?}", ctx.seen()));
+
+    // ---- 3. the leader stopped on purpose (SIGTERM, as a rolling update or a drain does): it
+    // hands the Lease back once its controller has stopped, and the standby leads at its next
+    // poll (every duration / 5). Waiting the Lease out instead takes at least 4.8 s here: a
+    // whole duration from the standby's first read of a renewal sent at most 1.2 s before the
+    // signal ----
+    let (pid, _) = operator_container(&op_pods, &holder).await;
+    signal(pid, Signal::SIGTERM);
+    let stopped = Instant::now();
+    let (next, _) = lease_until(&leases, "the Lease handed to the standby", |r| {
+        r.0 != holder
+    })
+    .await;
+    let handed = stopped.elapsed();
+    ctx.log(&format!(
+        "leader {holder} stopped by SIGTERM; {next} holds the Lease {handed:?} later"
+    ));
+    assert!(
+        replicas.contains(&next),
+        "{next} is not one of {replicas:?}"
+    );
+    assert!(
+        handed < Duration::from_secs(4),
+        "the Lease was waited out ({handed:?}), not handed back"
+    );
     env.kubectl_ok(
         &[
             "delete",

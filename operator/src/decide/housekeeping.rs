@@ -19,13 +19,23 @@ impl Ctx<'_> {
     /// standby, brings its own workers along.
     pub(super) fn workers(&mut self) {
         for w in plan_workers(&self.obs.coordinators, &self.obs.workers) {
-            self.actions.push(match w {
+            let action = match w {
                 WorkerAction::Create { coordinator, index } => Action::AddWorker {
                     run: coordinator,
                     index,
                 },
-                WorkerAction::Delete { name } => Action::Remove { name },
-            });
+                WorkerAction::Delete { name, ended } => {
+                    if let Some(why) = ended {
+                        self.note(
+                            true,
+                            "WorkerReplaced",
+                            format!("worker pod {name} ended ({why}); a new one replaces it"),
+                        );
+                    }
+                    Action::Remove { name }
+                }
+            };
+            self.actions.push(action);
         }
     }
 

@@ -33,22 +33,22 @@ pub struct WorkerObs {
     pub coordinator: String,
     pub coordinator_uid: String,
     pub terminating: bool,
-    /// The pod ended (`Failed` or `Succeeded`: evicted, or a container that may not restart), or
-    /// its killed container is held back by the kubelet
-    /// ([`killed_and_held_back`](crate::engine::killed_and_held_back)): it is replaced.
-    pub ended: bool,
+    /// Why the pod ended, when it did (`Failed` or `Succeeded`: evicted, a container that may
+    /// not restart, e.g. `OOMKilled, exit 137`), or that its killed container is held back by
+    /// the kubelet ([`killed_and_held_back`](crate::engine::killed_and_held_back)): it is
+    /// replaced, and the reason goes into an event.
+    pub ended: Option<String>,
 }
 
 /// What to do about worker pods.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WorkerAction {
     /// Create worker `index` of coordinator `coordinator`.
-    Create {
-        coordinator: String,
-        index: u32,
-    },
+    Create { coordinator: String, index: u32 },
     Delete {
         name: String,
+        /// Why the pod ended, when that is why it goes (not when its coordinator went).
+        ended: Option<String>,
     },
 }
 
@@ -64,7 +64,7 @@ fn index_of(worker: &str, coordinator: &str) -> Option<u32> {
 pub fn plan_workers(coordinators: &[CoordinatorObs], workers: &[WorkerObs]) -> Vec<WorkerAction> {
     let mut actions = Vec::new();
     for w in workers.iter().filter(|w| !w.terminating) {
-        let keep = !w.ended
+        let keep = w.ended.is_none()
             && coordinators.iter().any(|c| {
                 c.name == w.coordinator
                     && c.uid == w.coordinator_uid
@@ -74,6 +74,7 @@ pub fn plan_workers(coordinators: &[CoordinatorObs], workers: &[WorkerObs]) -> V
         if !keep {
             actions.push(WorkerAction::Delete {
                 name: w.name.clone(),
+                ended: w.ended.clone(),
             });
         }
     }
@@ -114,7 +115,7 @@ pub(crate) mod tests {
             coordinator: coordinator.into(),
             coordinator_uid: format!("uid-{coordinator}"),
             terminating: false,
-            ended: false,
+            ended: None,
         }
     }
 
@@ -144,11 +145,12 @@ pub(crate) mod tests {
     #[test]
     fn an_ended_worker_is_replaced() {
         let mut failed = worker("j-1", 0);
-        failed.ended = true;
+        failed.ended = Some("OOMKilled, exit 137".into());
         assert_eq!(
             plan_workers(&[coord("j-1", 1, true)], &[failed.clone()]),
             vec![WorkerAction::Delete {
-                name: "j-1-w0".into()
+                name: "j-1-w0".into(),
+                ended: Some("OOMKilled, exit 137".into()),
             }]
         );
         failed.terminating = true;
@@ -172,7 +174,10 @@ pub(crate) mod tests {
 
     #[test]
     fn workers_of_a_gone_finished_or_replaced_coordinator_are_deleted() {
-        let delete = |n: &str| WorkerAction::Delete { name: n.into() };
+        let delete = |n: &str| WorkerAction::Delete {
+            name: n.into(),
+            ended: None,
+        };
         // gone
         assert_eq!(
             plan_workers(&[], &[worker("j-1", 0)]),

@@ -224,6 +224,37 @@ fn back_off(message: &str) -> Option<Duration> {
     streamjob_crds::units::parse_duration("back-off", delay).ok()
 }
 
+/// Why a worker pod ended, if it did (phase `Failed` or `Succeeded`, or its killed container
+/// held back): the container's reason and exit code (`OOMKilled, exit 137`), else the pod's
+/// (`Evicted`), in words short enough for an event.
+fn why_ended(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref();
+    let container = main_container(pod);
+    if container.is_some_and(killed_and_held_back) {
+        return Some("killed, and its restart held back by the kubelet".into());
+    }
+    if !matches!(
+        status.and_then(|s| s.phase.as_deref()),
+        Some("Failed") | Some("Succeeded")
+    ) {
+        return None;
+    }
+    let terminated = container
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.as_ref());
+    Some(
+        match (terminated, status.and_then(|s| s.reason.as_deref())) {
+            (Some(t), _) => format!(
+                "{}, exit {}",
+                t.reason.as_deref().unwrap_or("terminated"),
+                t.exit_code
+            ),
+            (None, Some(reason)) => reason.to_string(),
+            (None, None) => "ended".into(),
+        },
+    )
+}
+
 /// The worker planning's view of the job's pods (coordinators by their role label, workers by
 /// theirs).
 pub fn observe_workers(pods: &[Pod]) -> (Vec<CoordinatorObs>, Vec<WorkerObs>) {
@@ -253,10 +284,7 @@ pub fn observe_workers(pods: &[Pod]) -> (Vec<CoordinatorObs>, Vec<WorkerObs>) {
                 });
             }
             Some(ROLE_WORKER) => workers.push(WorkerObs {
-                ended: matches!(
-                    pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-                    Some("Failed") | Some("Succeeded")
-                ) || main_container(pod).is_some_and(killed_and_held_back),
+                ended: why_ended(pod),
                 name,
                 coordinator: labels.get(LABEL_COORDINATOR).cloned().unwrap_or_default(),
                 coordinator_uid: pod

@@ -280,14 +280,14 @@ fn workers_follow_their_coordinators_in_the_decision() {
             coordinator: OLD.into(),
             coordinator_uid: "u-old".into(),
             terminating: false,
-            ended: false,
+            ended: None,
         },
         WorkerObs {
             name: "gone-w0".into(),
             coordinator: "gone".into(),
             coordinator_uid: "u-gone".into(),
             terminating: false,
-            ended: false,
+            ended: None,
         },
     ];
     let d = run(&base_spec(), &running(), &o);
@@ -295,6 +295,30 @@ fn workers_follow_their_coordinators_in_the_decision() {
     assert!(t.contains(&format!("AddWorker:{OLD}:1")), "{t:?}");
     assert!(!t.contains(&format!("AddWorker:{OLD}:0")), "{t:?}");
     assert!(t.contains(&"Remove:gone-w0".to_string()), "{t:?}");
+    assert!(
+        d.events.iter().all(|e| e.reason != "WorkerReplaced"),
+        "a worker of a gone coordinator is not news: {:?}",
+        d.events
+    );
+
+    // an OOM-killed worker (a Flink TaskManager, `restartPolicy: Never`) is replaced, and the
+    // kernel's reason reaches an event
+    o.workers[0].ended = Some("OOMKilled, exit 137".into());
+    let d = run(&base_spec(), &running(), &o);
+    assert!(
+        tags(&d).contains(&format!("Remove:{OLD}-w0")),
+        "{:?}",
+        tags(&d)
+    );
+    let e = d
+        .events
+        .iter()
+        .find(|e| e.reason == "WorkerReplaced")
+        .expect("a WorkerReplaced event");
+    assert!(
+        e.warning && e.message.contains("OOMKilled, exit 137"),
+        "{e:?}"
+    );
 }
 
 /// `readinessTimeout` of `spec` in whole seconds, as the test clocks count.

@@ -31,7 +31,10 @@ import java.util.Map;
  * orphans the count state), max-parallelism (unset by default), source-uid ("numbers"),
  * audit-uid (unset: no audit; set: a stateful pass-through operator with that uid, which a later
  * revision can drop), audit-type ("long": its state a Long; "tally": an {@link AuditTally} POJO),
- * fail ("true": every record throws, a build that never checkpoints).
+ * fail ("true": every record throws, a build that never checkpoints), leak-file (unset by default:
+ * a path on the TaskManager's own disk; once it exists, the throttle allocates native memory
+ * without bound, as a leaking native library or an unbounded RocksDB would, until the kernel
+ * kills the TaskManager for its container's memory limit).
  */
 public final class CountingJob {
     public static void main(String[] argv) throws Exception {
@@ -49,7 +52,7 @@ public final class CountingJob {
         DataStream<Long> numbers = env.fromSequence(0, records - 1)
                 .uid(args.getOrDefault("source-uid", "numbers"))
                 .name("numbers");
-        DataStream<Long> throttled = numbers.map(new Throttle(rate)).uid("throttle").name("throttle");
+        DataStream<Long> throttled = numbers.map(new Throttle(rate, args.get("leak-file"))).uid("throttle").name("throttle");
         if (args.containsKey("audit-uid")) {
             // An extra stateful operator a later revision may drop (allowNonRestoredState), its
             // state a Long or (audit-type tally) a POJO.
@@ -75,11 +78,15 @@ public final class CountingJob {
     /** Keeps the job running long enough to checkpoint, savepoint and upgrade it mid-stream. */
     static final class Throttle extends RichMapFunction<Long, Long> {
         private final int perSecond;
+        /** Null: never leak. */
+        private final String leakFile;
         private transient long started;
         private transient long emitted;
+        private transient long nextLeakCheck;
 
-        Throttle(int perSecond) {
+        Throttle(int perSecond, String leakFile) {
             this.perSecond = perSecond;
+            this.leakFile = leakFile;
         }
 
         @Override
@@ -90,6 +97,12 @@ public final class CountingJob {
 
         @Override
         public Long map(Long value) throws Exception {
+            if (leakFile != null && System.nanoTime() >= nextLeakCheck) {
+                nextLeakCheck = System.nanoTime() + 200_000_000L;
+                if (java.nio.file.Files.exists(java.nio.file.Paths.get(leakFile))) {
+                    leakNativeMemory();
+                }
+            }
             if (perSecond > 0) {
                 emitted++;
                 long due = started + emitted * 1_000_000_000L / perSecond;
@@ -99,6 +112,27 @@ public final class CountingJob {
                 }
             }
             return value;
+        }
+    }
+
+    /**
+     * Allocates and touches native memory outside every limit the JVM knows (heap, direct,
+     * metaspace) until the process is killed: only the container's memory limit stops it.
+     * Reflection, because sun.misc.Unsafe is not on the compile-time API.
+     */
+    static void leakNativeMemory() throws Exception {
+        Class<?> unsafeClass = Class.forName("sun.misc.Unsafe");
+        java.lang.reflect.Field field = unsafeClass.getDeclaredField("theUnsafe");
+        field.setAccessible(true);
+        Object unsafe = field.get(null);
+        java.lang.reflect.Method allocate = unsafeClass.getMethod("allocateMemory", long.class);
+        java.lang.reflect.Method fill =
+                unsafeClass.getMethod("setMemory", long.class, long.class, byte.class);
+        long chunk = 64L << 20;
+        for (long total = chunk; ; total += chunk) {
+            long address = (long) allocate.invoke(unsafe, chunk);
+            fill.invoke(unsafe, address, chunk, (byte) 1);
+            System.err.println("leak-file: " + (total >> 20) + " MiB of native memory allocated");
         }
     }
 
