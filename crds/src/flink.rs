@@ -117,6 +117,12 @@ fn default_cpu() -> String {
 pub struct FlinkJobManagerSpec {
     #[serde(default)]
     pub resources: FlinkResources,
+    /// Merged over `spec.podTemplate` into the JobManager pod only (as a FlinkDeployment's
+    /// `jobManager.podTemplate`): the role's fields win, containers, volumes and env merge by
+    /// name. The check and dispose pods get `spec.podTemplate` alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::pod_template::role_template_schema")]
+    pub pod_template: Option<crate::pod_template::PodTemplate>,
 }
 
 /// The TaskManager pods.
@@ -133,6 +139,12 @@ pub struct FlinkTaskManagerSpec {
     pub task_slots: u32,
     #[serde(default)]
     pub resources: FlinkResources,
+    /// Merged over `spec.podTemplate` into the TaskManager pods only (as a FlinkDeployment's
+    /// `taskManager.podTemplate`), e.g. tolerations for spot nodes: the role's fields win,
+    /// containers, volumes and env merge by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::pod_template::role_template_schema")]
+    pub pod_template: Option<crate::pod_template::PodTemplate>,
 }
 
 impl Default for FlinkTaskManagerSpec {
@@ -141,6 +153,7 @@ impl Default for FlinkTaskManagerSpec {
             replicas: 1,
             task_slots: 1,
             resources: FlinkResources::default(),
+            pod_template: None,
         }
     }
 }

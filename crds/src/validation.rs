@@ -45,6 +45,26 @@ impl StreamJobSpec {
             .unwrap_or_else(|| format!("{}/savepoints", self.checkpoints.dir.trim_end_matches('/')))
     }
 
+    /// Every pod template of the spec with its field: `spec.podTemplate` (every pod), then the
+    /// Flink roles' (`spec.flink.jobManager.podTemplate`, `spec.flink.taskManager.podTemplate`).
+    pub fn pod_templates(&self) -> Vec<(&'static str, &crate::pod_template::PodTemplate)> {
+        let flink = self.flink.as_ref();
+        [
+            ("spec.podTemplate", self.pod_template.as_ref()),
+            (
+                "spec.flink.jobManager.podTemplate",
+                flink.and_then(|f| f.job_manager.pod_template.as_ref()),
+            ),
+            (
+                "spec.flink.taskManager.podTemplate",
+                flink.and_then(|f| f.task_manager.pod_template.as_ref()),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(at, t)| Some((at, t?)))
+        .collect()
+    }
+
     /// Checks the whole spec and lists every broken rule, each naming its field and what to do.
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
@@ -58,8 +78,8 @@ impl StreamJobSpec {
         if self.parallelism == 0 {
             push(invalid("spec.parallelism: must be at least 1"));
         }
-        if let Some(t) = &self.pod_template {
-            push(t.parse().map(|_| ()));
+        for (at, t) in self.pod_templates() {
+            push(t.parse_at(at).map(|_| ()));
         }
         if self.max_parallelism == 0 || self.max_parallelism > 32768 {
             push(invalid("spec.maxParallelism: must be between 1 and 32768"));

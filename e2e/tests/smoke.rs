@@ -1110,6 +1110,46 @@ async fn namespaced_mode_watches_only_its_namespaces() {
         assert!(!out.status.success(), "{name} admitted");
         assert!(err.contains(field), "{field} in {err}");
     }
+    // the Flink roles' templates are held to the same rules, each refusal naming its role
+    let flink_job = |name: &str, role: &str, template: &str| {
+        format!(
+            "apiVersion: streamjob.io/v1alpha1\nkind: StreamJob\nmetadata: {{name: {name}}}\n\
+             spec:\n  engine: flink\n  image: example.com/job:1\n  checkpoints: {{dir: \"s3://b/ck\"}}\n\
+             \x20 flink:\n    version: 2.3.0\n    job: {{entryClass: a.B}}\n    {role}:\n\
+             \x20     podTemplate:\n        spec: {template}\n"
+        )
+    };
+    for (role, template, field) in [
+        (
+            "taskManager",
+            "{volumes: [{name: keys, secret: {secretName: other-team}}]}",
+            "spec.flink.taskManager.podTemplate.spec.volumes[name=keys]",
+        ),
+        (
+            "jobManager",
+            "{serviceAccountName: default}",
+            "spec.flink.jobManager.podTemplate.spec.serviceAccountName",
+        ),
+    ] {
+        let out = env
+            .kubectl(
+                &["apply", "-n", &watched_b, "-f", "-"],
+                Some(&flink_job("flink-borrower", role, template)),
+            )
+            .expect("kubectl apply");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "a Flink {role} template admitted");
+        assert!(err.contains(field), "{field} in {err}");
+    }
+    env.kubectl_ok(
+        &["apply", "--dry-run=server", "-n", &watched_b, "-f", "-"],
+        Some(&flink_job(
+            "flink-allowed",
+            "taskManager",
+            "{tolerations: [{key: spot, operator: Exists}]}",
+        )),
+    )
+    .expect("a Flink role template restricted allows is admitted");
     // what restricted allows is admitted (a server-side dry run passes admission, stores nothing)
     let allowed = borrowing(
         "allowed",

@@ -40,10 +40,12 @@ impl PodTemplatePolicy {
             return None;
         }
         // a template that does not parse is refused by validation, naming the field
-        let template = spec.pod_template.as_ref().and_then(|t| t.parse().ok());
-        let mut found = template
-            .map(|t| restricted_refusals(&t))
-            .unwrap_or_default();
+        let mut found: Vec<String> = spec
+            .pod_templates()
+            .into_iter()
+            .filter_map(|(at, t)| Some(restricted_refusals(&t.parse_at(at).ok()?, at)))
+            .flatten()
+            .collect();
         for (field, secret) in credential_secrets(spec) {
             match labelled(&secret) {
                 Some(true) => {}
@@ -117,13 +119,14 @@ pub fn credential_secrets(spec: &StreamJobSpec) -> Vec<(String, String)> {
     out
 }
 
-/// What `restricted` refuses in `template`, each naming its field.
-pub fn restricted_refusals(template: &PodTemplateSpec) -> Vec<String> {
+/// What `restricted` refuses in `template` (the one at field `template_at`), each naming its
+/// field.
+pub fn restricted_refusals(template: &PodTemplateSpec, template_at: &str) -> Vec<String> {
     let mut out = Vec::new();
     let Some(spec) = &template.spec else {
         return out;
     };
-    let at = |field: &str| format!("spec.podTemplate.spec.{field}");
+    let at = |field: &str| format!("{template_at}.spec.{field}");
     if spec.service_account_name.is_some() || spec.service_account.is_some() {
         out.push(format!(
             "{}: runs the pods as another service account",
@@ -304,6 +307,44 @@ mod tests {
         ] {
             assert!(!why.contains(allowed), "{allowed} in {why}");
         }
+    }
+
+    /// The Flink roles' templates are held to the same rules, each refusal naming its role.
+    #[test]
+    fn restricted_checks_the_flink_role_templates_too() {
+        let yaml = r#"
+apiVersion: streamjob.io/v1alpha1
+kind: StreamJob
+metadata: {name: j}
+spec:
+  engine: flink
+  image: i
+  checkpoints: {dir: "s3://b/ck"}
+  podTemplate: {spec: {tolerations: [{key: a, operator: Exists}]}}
+  flink:
+    version: 2.3.0
+    job: {entryClass: a.B}
+    jobManager:
+      podTemplate: {spec: {serviceAccountName: admin}}
+    taskManager:
+      podTemplate:
+        spec: {volumes: [{name: keys, secret: {secretName: other-team}}]}
+"#;
+        let spec = streamjob_crds::v1alpha1::StreamJob::from_yaml(yaml)
+            .unwrap()
+            .spec;
+        spec.validate().unwrap();
+        assert_eq!(PodTemplatePolicy::Any.refuses(&spec, |_| None), None);
+        let why = PodTemplatePolicy::Restricted
+            .refuses(&spec, |_| None)
+            .unwrap();
+        for field in [
+            "spec.flink.jobManager.podTemplate.spec.serviceAccountName",
+            "spec.flink.taskManager.podTemplate.spec.volumes[name=keys]: secret",
+        ] {
+            assert!(why.contains(field), "{field} in {why}");
+        }
+        assert!(!why.contains("spec.podTemplate"), "{why}");
     }
 
     #[test]

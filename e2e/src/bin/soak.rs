@@ -323,6 +323,7 @@ async fn main() -> Result<()> {
         "JobFailed",
         "StandbyRestarted",
         "PodRecreated",
+        "WorkerReplaced",
         "PodFenced",
         "PodKilled",
         "PodsPending",

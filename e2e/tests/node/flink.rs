@@ -82,7 +82,9 @@ fn manifest(
                 "job": {"entryClass": TEST_JOB_CLASS, "args": args},
                 "jobManager": {"resources": {"memory": "1024Mi", "cpu": "250m"}},
                 "taskManager": {"replicas": 2, "taskSlots": 1,
-                                "resources": {"memory": "1280Mi", "cpu": "250m"}},
+                                "resources": {"memory": "1280Mi", "cpu": "250m"},
+                                // a role's own template, over spec.podTemplate
+                                "podTemplate": {"metadata": {"labels": {"tier": "spot"}}}},
             },
         },
     })
@@ -317,6 +319,23 @@ async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
         let (uid, _) = container_process(env, pod);
         assert_eq!(uid, 9999, "Flink runs as the image's flink user");
     }
+    // spec.flink.taskManager.podTemplate reached the TaskManagers only
+    let tier = |p: &Pod| {
+        p.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("tier"))
+            .cloned()
+    };
+    assert!(
+        tms.iter().all(|p| tier(p).as_deref() == Some("spot")),
+        "TaskManagers labelled tier=spot"
+    );
+    assert_eq!(
+        tier(&jm[0]),
+        None,
+        "the JobManager has no TaskManager label"
+    );
 
     // the operator's policy is enforced: a pod of another namespace cannot reach the
     // JobManager's RPC port, which the TaskManagers use (the job runs)

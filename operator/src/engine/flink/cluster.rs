@@ -124,8 +124,12 @@ pub struct ClusterPlan {
     pub max_parallelism: u32,
     /// The user's Flink configuration (checked with [`ClusterPlan::check_configuration`]).
     pub configuration: BTreeMap<String, String>,
-    /// `spec.podTemplate`, merged into every pod (its `flink-main-container` into Flink's).
-    pub pod_template: Option<PodTemplate>,
+    /// The JobManager pod's template: `spec.flink.jobManager.podTemplate` over `spec.podTemplate`
+    /// (its `flink-main-container` merged into Flink's container).
+    pub job_manager_template: Option<PodTemplate>,
+    /// The TaskManager pods' template: `spec.flink.taskManager.podTemplate` over
+    /// `spec.podTemplate`.
+    pub task_manager_template: Option<PodTemplate>,
     /// The stores' credentials (`spec.storage`), as variables read from the user's Secrets.
     pub storage_env: Vec<EnvVar>,
 }
@@ -362,7 +366,11 @@ impl ClusterPlan {
             spec: Some(spec),
             ..Default::default()
         };
-        with_pod_template(self.pod_template.as_ref(), FLINK_MAIN_CONTAINER, pod)
+        let template = match component {
+            "jobmanager" => self.job_manager_template.as_ref(),
+            _ => self.task_manager_template.as_ref(),
+        };
+        with_pod_template(template, FLINK_MAIN_CONTAINER, pod)
     }
 
     fn selector(&self, component: &str) -> BTreeMap<String, String> {
@@ -435,7 +443,8 @@ pub(crate) mod tests {
                 ("restart-strategy.type".into(), "fixed-delay".into()),
                 ("parallelism.default".into(), "99".into()),
             ]),
-            pod_template: None,
+            job_manager_template: None,
+            task_manager_template: None,
             storage_env: vec![],
         }
     }

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{
 };
 use sha2::{Digest, Sha256};
 use streamjob_crds::flink::{FlinkResources, FlinkSpec, memory_mib, parse_version};
+use streamjob_crds::pod_template::PodTemplate;
 use streamjob_crds::units::parse_duration;
 use streamjob_crds::v1alpha1::StreamJobSpec;
 
@@ -102,7 +103,14 @@ pub fn cluster_plan(
         checkpoints_retained: spec.checkpoints.retained,
         max_parallelism: spec.max_parallelism,
         configuration: configuration(spec, flink),
-        pod_template: spec.pod_template.clone(),
+        job_manager_template: PodTemplate::overlaid(
+            spec.pod_template.as_ref(),
+            flink.job_manager.pod_template.as_ref(),
+        ),
+        task_manager_template: PodTemplate::overlaid(
+            spec.pod_template.as_ref(),
+            flink.task_manager.pod_template.as_ref(),
+        ),
         storage_env: storage_env(spec),
     })
 }
@@ -411,6 +419,91 @@ flink:
         let (coordinators, workers) = crate::engine::observe_workers(&[jm, tm]);
         assert_eq!(coordinators[0].workers, 2);
         assert_eq!(workers[0].coordinator_uid, "jm-uid");
+    }
+
+    /// Per-role templates as in a FlinkDeployment: the TaskManagers' tolerations and label
+    /// reach the TaskManagers only, the JobManager's memory-hungry sidecar the JobManager only,
+    /// `spec.podTemplate` every pod (check pods included) and is overridden by a role.
+    #[test]
+    fn role_templates_reach_their_role_only() {
+        let mut s: StreamJobSpec = serde_yaml_ng::from_str(
+            r#"
+engine: flink
+image: example.com/clicks-flink:2
+parallelism: 2
+checkpoints: {dir: "s3://b/ck"}
+podTemplate:
+  metadata: {labels: {team: a, tier: any}}
+  spec:
+    serviceAccountName: flink
+    containers: [{name: flink-main-container, env: [{name: LOG, value: info}]}]
+flink:
+  version: 2.3.0
+  job: {entryClass: com.example.Clicks}
+  jobManager:
+    podTemplate:
+      spec: {containers: [{name: audit, image: example.com/audit:1}]}
+  taskManager:
+    replicas: 2
+    podTemplate:
+      metadata: {labels: {tier: spot}}
+      spec:
+        tolerations: [{key: spot, operator: Exists, effect: NoSchedule}]
+        containers: [{name: flink-main-container, env: [{name: LOG, value: debug}]}]
+"#,
+        )
+        .unwrap();
+        s.validate().unwrap();
+        let p = cluster_plan(&owner(), "clicks-abc", "h1", &s, None).unwrap();
+        let jm = p.job_manager_pod(&CheckerInstall::new("ck:1", &s).unwrap());
+        let tm = p.task_manager_pod(0, "10.0.0.9", "jm-uid");
+        let env = |pod: &Pod, name: &str| {
+            pod.spec.as_ref().unwrap().containers[0]
+                .env
+                .iter()
+                .flatten()
+                .rfind(|e| e.name == name)
+                .and_then(|e| e.value.clone())
+        };
+        let label =
+            |pod: &Pod, name: &str| pod.metadata.labels.as_ref().unwrap().get(name).cloned();
+        let names = |pod: &Pod| -> Vec<String> {
+            let spec = pod.spec.as_ref().unwrap();
+            spec.containers.iter().map(|c| c.name.clone()).collect()
+        };
+        assert_eq!(env(&jm, "LOG").as_deref(), Some("info"));
+        assert_eq!(env(&tm, "LOG").as_deref(), Some("debug"));
+        assert_eq!(label(&jm, "tier").as_deref(), Some("any"));
+        assert_eq!(label(&tm, "tier").as_deref(), Some("spot"));
+        assert_eq!(label(&tm, "team").as_deref(), Some("a"));
+        assert_eq!(names(&jm), ["jobmanager", "audit"]);
+        assert_eq!(names(&tm), ["taskmanager"]);
+        assert!(jm.spec.as_ref().unwrap().tolerations.is_none());
+        assert_eq!(
+            tm.spec
+                .as_ref()
+                .unwrap()
+                .tolerations
+                .as_ref()
+                .unwrap()
+                .len(),
+            1
+        );
+        for pod in [&jm, &tm] {
+            let sa = pod.spec.as_ref().unwrap().service_account_name.as_deref();
+            assert_eq!(sa, Some("flink"));
+        }
+        // the operator's own labels still win over any template
+        assert_eq!(label(&tm, "streamjob.io/role").as_deref(), Some("worker"));
+        // a role template that does not parse is refused naming its own field
+        s.flink.as_mut().unwrap().task_manager.pod_template = Some(PodTemplate(
+            serde_json::json!({"spec": {"tolerations": "spot"}}),
+        ));
+        let e = s.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("spec.flink.taskManager.podTemplate.spec.tolerations"),
+            "{e}"
+        );
     }
 
     #[test]
