@@ -395,7 +395,7 @@ impl Soak {
         );
         let mut chart = vec!["logFormat=text".to_string(), "logLevel=info".to_string()];
         if real_node {
-            opts.real_node_images = Some(images::archives()?);
+            opts.real_node_images = Some(images::archives(false)?);
             chart.extend([
                 format!("image.repository={}", images::OPERATOR.0),
                 format!("image.tag={}", images::OPERATOR.1),

@@ -1,5 +1,5 @@
 //! g. A Flink job on the real node, from images built as a Flink user builds them: the test job
-//! FROM our Flink 2.3.0 base image (laid out and started like the official `flink:` image), a
+//! FROM our Flink 2.3.0 (1.20.0 in the full suite) base image (laid out and started like the official `flink:` image), a
 //! JobManager and 2 TaskManagers (parallelism 2, the keyed count across them), state and output
 //! on MinIO through Flink's own S3 plugin (`ENABLE_BUILT_IN_PLUGINS`, as users enable it), the
 //! operator's NetworkPolicy enforced by the node. A savepoint by nonce; a change of the max
@@ -18,7 +18,6 @@ use streamjob_operator::engine::flink::plan::job_id;
 
 use super::*;
 
-const VERSION: &str = "2.3.0";
 const RECORDS: u64 = 32_000;
 const KEYS: u64 = 8;
 const FLINK_TIMEOUT: Duration = Duration::from_secs(180);
@@ -37,6 +36,8 @@ fn manifest(
     s3: &str,
     extra: &[&str],
 ) -> String {
+    // the test job's image tags are `<Flink version>` and `<Flink version>-r2`
+    let version = tag.split('-').next().unwrap_or(tag);
     let root = format!("s3://{}/flink", job.bucket);
     let extra: Vec<&str> = ["--leak-file", LEAK_FILE]
         .into_iter()
@@ -75,10 +76,10 @@ fn manifest(
             "podTemplate": {"spec": {"containers": [{
                 "name": "flink-main-container",
                 "env": [{"name": "ENABLE_BUILT_IN_PLUGINS",
-                         "value": format!("flink-s3-fs-hadoop-{VERSION}.jar")}],
+                         "value": format!("flink-s3-fs-hadoop-{version}.jar")}],
             }]}},
             "flink": {
-                "version": VERSION,
+                "version": version,
                 "job": {"entryClass": TEST_JOB_CLASS, "args": args},
                 "jobManager": {"resources": {"memory": "1024Mi", "cpu": "250m"}},
                 "taskManager": {"replicas": 2, "taskSlots": 1,
@@ -277,6 +278,17 @@ async fn oom_kill_a_task_manager(env: &'static TestEnv, job: &Job) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
+    flink_job_on_the_real_node("2.3.0").await;
+}
+
+/// g on Flink 1.20 (its own base image, test job and pre-check): the same story.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "full suite: cargo xtask e2e --full"]
+async fn g_flink_1_20_job_on_the_flink_image_upgraded_in_place_on_s3() {
+    flink_job_on_the_real_node("1.20.0").await;
+}
+
+async fn flink_job_on_the_real_node(version: &str) {
     let env = env().await;
     operator(env).await;
     let job = new_job(env, "flink").await;
@@ -292,7 +304,7 @@ async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
         apply_with(tag, revision, rate, nonce, &[]);
     };
     let t0 = Instant::now();
-    apply(VERSION, "1", 80, 0);
+    apply(version, "1", 80, 0);
     let o = wait_job(
         env,
         &job,
@@ -350,7 +362,7 @@ async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
     assert_ne!(rc, 0, "RPC port reached from another namespace: {out}");
 
     // a savepoint by nonce on S3, the job untouched
-    apply(VERSION, "1", 80, 1);
+    apply(version, "1", 80, 1);
     let o = wait_job(env, &job, "savepoint for nonce 1", FLINK_TIMEOUT, |o| {
         status(o)["lastHandledNonce"] == 1
             && status(o)["pendingSavepoint"].is_null()
@@ -383,7 +395,7 @@ async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
     // a change Flink could not restore (the max parallelism, which fixes the key groups) is
     // refused by the check pod's verdict, read from a real container, before the job is touched
     let t_refused = Instant::now();
-    apply_with(VERSION, "1", 80, 1, &["--max-parallelism", "256"]);
+    apply_with(version, "1", 80, 1, &["--max-parallelism", "256"]);
     let o = wait_job(env, &job, "the pre-check's refusal", FLINK_TIMEOUT, |o| {
         status(o)["upgrade"]["step"]
             .as_str()
@@ -490,7 +502,7 @@ async fn g_flink_job_on_the_flink_image_upgraded_in_place_on_s3() {
     // an image bump in place: the check pod (init container from the flink-checker image) reads
     // the S3 savepoint, then the job moves to the new image and runs out
     let t_bump = Instant::now();
-    apply(&format!("{VERSION}-r2"), "2", 200, 1);
+    apply(&format!("{version}-r2"), "2", 200, 1);
     let checked = std::sync::atomic::AtomicBool::new(false);
     poll_until(
         "the image bump promoted",
