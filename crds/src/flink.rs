@@ -212,20 +212,33 @@ impl FlinkSpec {
         if self.job.entry_class.trim().is_empty() {
             out.push("spec.flink.job.entryClass: must not be empty: name the class whose main() builds the job".into());
         }
-        for (field, r) in [
+        // The least each process starts with on Flink's default memory model: a JobManager
+        // needs its JVM metaspace (256m) and overhead (192m) beside 320m of Flink memory; a
+        // TaskManager also its framework heap and off-heap (128m each), network (64m) and
+        // managed memory (40%) before any task heap is left, which takes about 1000m (at 768Mi
+        // Flink 2.3 refuses: "… exceed configured Total Flink Memory (320.000mb)"). A
+        // TaskManager whose memory model the job sets itself (`taskmanager.memory.*`) is
+        // Flink's to judge.
+        let own_tm_model = self
+            .flink_configuration
+            .keys()
+            .any(|k| k.starts_with("taskmanager.memory."));
+        for (field, r, least) in [
             (
                 "spec.flink.jobManager.resources.memory",
                 &self.job_manager.resources,
+                768,
             ),
             (
                 "spec.flink.taskManager.resources.memory",
                 &self.task_manager.resources,
+                if own_tm_model { 768 } else { 1024 },
             ),
         ] {
             match memory_mib(&r.memory) {
-                Some(m) if m >= 768 => {}
+                Some(m) if m >= least => {}
                 Some(_) => out.push(format!(
-                    "{field}: {} is too little for a Flink process: give it at least 768Mi",
+                    "{field}: {} is too little for a Flink process: give it at least {least}Mi",
                     r.memory
                 )),
                 None => out.push(format!(
@@ -498,6 +511,23 @@ mod tests {
             refused(&|s| s.flink.as_mut().unwrap().task_manager.resources.memory = "512Mi".into());
         assert!(
             e.contains("spec.flink.taskManager.resources.memory: 512Mi is too little"),
+            "{e}"
+        );
+        // 768Mi is enough for a JobManager, not for a TaskManager on Flink's default memory
+        // model, unless the job sets that model itself
+        let e =
+            refused(&|s| s.flink.as_mut().unwrap().task_manager.resources.memory = "768Mi".into());
+        assert!(e.contains("give it at least 1024Mi"), "{e}");
+        let e = refused(&|s| {
+            let f = s.flink.as_mut().unwrap();
+            f.task_manager.resources.memory = "768Mi".into();
+            f.job_manager.resources.memory = "512Mi".into();
+            f.flink_configuration
+                .insert("taskmanager.memory.managed.size".into(), "16m".into());
+        });
+        assert!(!e.contains("taskManager.resources.memory"), "{e}");
+        assert!(
+            e.contains("jobManager.resources.memory: 512Mi is too little"),
             "{e}"
         );
     }

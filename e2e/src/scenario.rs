@@ -1,5 +1,5 @@
 //! StreamJob scenarios shared by the operator e2e tests (`tests/operator.rs`) and the operator
-//! benchmark (`bin/operator-bench.rs`): the job shape (generator → keyed 1 s tumbling window →
+//! benchmark (`bin/operator-bench/`): the job shape (generator → keyed 1 s tumbling window →
 //! JSON file sink), the generator's definition reproduced to compute the expected output, reading
 //! the committed output back from MinIO and checking it exactly-once, and status accessors.
 

@@ -664,7 +664,7 @@ fn soak(args: &[String]) -> Result<(), String> {
 /// The engine's own Nexmark benchmark, the file sink benchmark (per format, local disk and
 /// MinIO, next to a plain write of the same bytes), then the side-by-side run against Apache
 /// Flink (bench/runner: same input files, same queries, output checked equal, ratios in one run),
-/// then the operator benchmark on the e2e environment (`e2e/src/bin/operator-bench.rs`).
+/// then the operator benchmark on the e2e environment (`e2e/src/bin/operator-bench/`).
 fn bench(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");
     let mut engine = cargo();

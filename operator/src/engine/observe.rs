@@ -224,6 +224,24 @@ fn back_off(message: &str) -> Option<Duration> {
     streamjob_crds::units::parse_duration("back-off", delay).ok()
 }
 
+/// The line of a container's last words (its termination message, the log's tail for Flink's
+/// containers) most worth an event: the last naming an exception or error (a JVM's cause, e.g.
+/// Flink refusing its memory configuration), else the last one; sanitized and capped, as it
+/// comes from the tenant's image.
+fn last_words(message: &str) -> Option<String> {
+    let lines: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let line = lines
+        .iter()
+        .rev()
+        .find(|l| l.contains("Exception") || l.contains("Error"))
+        .or(lines.last())?;
+    Some(crate::http::sanitize_remote(line, 300))
+}
+
 /// Why a worker pod ended, if it did (phase `Failed` or `Succeeded`, or its killed container
 /// held back): the container's reason and exit code (`OOMKilled, exit 137`), else the pod's
 /// (`Evicted`), in words short enough for an event.
@@ -244,11 +262,13 @@ fn why_ended(pod: &Pod) -> Option<String> {
         .and_then(|s| s.terminated.as_ref());
     Some(
         match (terminated, status.and_then(|s| s.reason.as_deref())) {
-            (Some(t), _) => format!(
-                "{}, exit {}",
-                t.reason.as_deref().unwrap_or("terminated"),
-                t.exit_code
-            ),
+            (Some(t), _) => {
+                let reason = t.reason.as_deref().unwrap_or("terminated");
+                match t.message.as_deref().and_then(last_words) {
+                    Some(words) => format!("{reason}, exit {}: {words}", t.exit_code),
+                    None => format!("{reason}, exit {}", t.exit_code),
+                }
+            }
             (None, Some(reason)) => reason.to_string(),
             (None, None) => "ended".into(),
         },
@@ -331,6 +351,42 @@ fn coordinator_workers(pod: &Pod) -> u32 {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A TaskManager that could not start is replaced with the JVM's cause in the event, not
+    /// the log's last line.
+    #[test]
+    fn a_failed_worker_says_why() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "j-1-w0", "labels": {"streamjob.io/role": "worker"}},
+            "status": {"phase": "Failed", "containerStatuses": [{
+                "name": "taskmanager", "image": "i", "imageID": "", "ready": false,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": 1, "reason": "Error", "message":
+                    "Exception in thread \"main\" IllegalConfigurationException: TaskManager memory configuration failed\n\
+                     \tat org.apache.flink.X.y(X.java:1)\n\
+                     Caused by: IllegalConfigurationException: Sum of configured Framework Heap Memory exceed configured Total Flink Memory (320.000mb)\n\
+                     \t... 3 more\n\
+                     BashJavaUtils GET_TM_RESOURCE_PARAMS printed no memory options\n"}}
+            }]}
+        }))
+        .unwrap();
+        let why = why_ended(&pod).unwrap();
+        assert_eq!(
+            why,
+            "Error, exit 1: Caused by: IllegalConfigurationException: Sum of configured Framework \
+             Heap Memory exceed configured Total Flink Memory (320.000mb)"
+        );
+        let oom: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "j-1-w0", "labels": {"streamjob.io/role": "worker"}},
+            "status": {"phase": "Failed", "containerStatuses": [{
+                "name": "taskmanager", "image": "i", "imageID": "", "ready": false,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+            }]}
+        }))
+        .unwrap();
+        assert_eq!(why_ended(&oom).as_deref(), Some("OOMKilled, exit 137"));
+    }
 
     #[test]
     fn pods_are_observed() {

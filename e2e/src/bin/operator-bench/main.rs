@@ -13,6 +13,8 @@
 //!    (phase `Suspended`, `observedGeneration` = `metadata.generation`), the operator process's
 //!    peak RSS (VmHWM, reset before each round via `clear_refs`), and the reconcile-duration
 //!    histogram from its `/metrics` (difference over the round: count, mean, p99 bucket).
+//! 3. **Flink jobs**: the operator's memory with `--flink-jobs N` (20; `--quick`: 2) real Flink
+//!    clusters running (`flink.rs`).
 //!
 //! Prints a markdown table and writes it to `target/bench/operator.txt`.
 
@@ -33,6 +35,8 @@ use streamjob_e2e::scenario::{
     deployed_hash, phase, pid_alive, promoted, sj_api, status,
 };
 
+mod flink;
+
 const POLL: Duration = Duration::from_millis(150);
 const METRICS_PORT: u16 = 9090;
 const BASELINE_JOBS: usize = 10;
@@ -43,7 +47,14 @@ struct Args {
     /// Suspended StreamJobs to create in the scale round (default 1000; 200 with --quick).
     #[arg(long)]
     jobs: Option<usize>,
-    /// A shorter run: 200 jobs, shorter upgrade jobs.
+    /// Flink StreamJobs (real Flink 2.3 clusters) in the Flink round (default 20; 2 with
+    /// --quick; 0 skips it).
+    #[arg(long)]
+    flink_jobs: Option<usize>,
+    /// Only the Flink round.
+    #[arg(long)]
+    only_flink: bool,
+    /// A shorter run: 200 jobs, shorter upgrade jobs, 2 Flink jobs.
     #[arg(long)]
     quick: bool,
     /// Where to write the table (default `target/bench/operator.txt`).
@@ -60,10 +71,12 @@ async fn main() -> Result<()> {
 
     let exe = std::env::current_exe().context("current_exe")?;
     let dir = exe.parent().context("exe has no folder")?;
-    let opts = EnvOptions::new(
+    let mut opts = EnvOptions::new(
         &dir.join("process-kubelet").display().to_string(),
         &dir.join("e2e-echo-server").display().to_string(),
     );
+    opts.images.extend(streamjob_e2e::flink::kubelet_images());
+    let flink_jobs = args.flink_jobs.unwrap_or(if args.quick { 2 } else { 20 });
     let t0 = Instant::now();
     let env = TestEnv::start(opts).await?;
     log(
@@ -81,20 +94,39 @@ async fn main() -> Result<()> {
     log(t0, "operator available");
 
     let mut upgrades = Vec::new();
-    for strategy in ["InPlace", "Shadow"] {
+    let strategies: &[&'static str] = if args.only_flink {
+        &[]
+    } else {
+        &["InPlace", "Shadow"]
+    };
+    for &strategy in strategies {
         let r = upgrade_round(&env, strategy, records, t0).await?;
         log(t0, &format!("{strategy}: {r:?}"));
         upgrades.push(r);
     }
 
     let mut scale = Vec::new();
-    for n in [BASELINE_JOBS, jobs] {
+    let rounds: &[usize] = if args.only_flink {
+        &[]
+    } else {
+        &[BASELINE_JOBS, jobs]
+    };
+    for &n in rounds {
         let r = scale_round(&env, &op_ns, n, t0).await?;
         log(t0, &format!("{n} jobs: {r:?}"));
         scale.push(r);
     }
 
-    let table = render(&upgrades, &scale, records);
+    let mut table = if args.only_flink {
+        String::new()
+    } else {
+        render(&upgrades, &scale, records)
+    };
+    if flink_jobs > 0 {
+        let r = flink::flink_round(&env, &op_ns, flink_jobs, t0).await?;
+        log(t0, &format!("Flink: {r:?}"));
+        table.push_str(&flink::render(&r));
+    }
     println!("{table}");
     let out = args.out.unwrap_or_else(|| {
         repo_root()
