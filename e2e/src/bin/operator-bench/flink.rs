@@ -1,9 +1,8 @@
 //! The Flink round: the operator's memory while it runs `--flink-jobs N` real Flink clusters
 //! (Flink 2.3 JVMs on the process kubelet: a JobManager and one TaskManager each, at the least
 //! memory Flink's default memory model starts with: 768Mi and 1024Mi), each running the test
-//! job slowly with a checkpoint every 5 s, so
-//! the operator polls every job's REST API, records checkpoints into status and keeps its
-//! TaskManagers. Reported: the operator's RSS before (no Flink job), once every job is Running
+//! job slowly with a checkpoint every 5 s, so the operator polls every job's REST API, records
+//! checkpoints into status and keeps its TaskManagers. Reported: the operator's RSS before (no Flink job), once every job is Running
 //! with a checkpoint, and after a further minute of steady polling, with the peak (VmHWM) over
 //! the round; apply → Running with a checkpoint per job (median and slowest).
 
