@@ -54,6 +54,41 @@ pub struct FlinkSpec {
         "message": "spec.flink.flinkConfiguration: keys are Flink option names: letters, digits, '.', '_' and '-' (no blanks, quotes, ':' or line breaks)"
     }]))]
     pub flink_configuration: BTreeMap<String, String>,
+
+    /// An Ingress to the job's Flink web UI and REST API (the `<job>-rest` Service, the same
+    /// across upgrades). Not part of the job's version: changing it never upgrades the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress: Option<FlinkIngress>,
+}
+
+/// The Ingress `<job>-rest` the operator keeps for the job (owned by the StreamJob).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlinkIngress {
+    /// The host, e.g. flink-clicks.example.com (`*.example.com` for a wildcard).
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^(\*\.)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub host: String,
+    /// Path prefix routed to the UI (pathType Prefix), default `/`. A prefix other than `/`
+    /// needs the controller to strip it (an annotation such as nginx's rewrite-target).
+    #[serde(default = "root_path")]
+    #[schemars(length(min = 1, max = 512), regex(pattern = r"^/"))]
+    pub path: String,
+    /// The IngressClass (`spec.ingressClassName`); unset: the cluster's default class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_name: Option<String>,
+    /// Annotations of the Ingress, for its controller (authentication, rewrites, certificates).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// A Secret of the job's namespace with the host's TLS certificate (`tls.crt`, `tls.key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_secret_name: Option<String>,
+}
+
+fn root_path() -> String {
+    "/".into()
 }
 
 /// The job's entry point.

@@ -331,4 +331,18 @@ fn deployment_hash_ignores_operator_only_fields() {
         streamjob_crds::hash::deployment_hash(&rescale).unwrap(),
         base
     );
+    // a Flink job's Ingress is how its UI is reached, not the job
+    let text = fs::read_to_string(workspace().join("examples/flink-counting.yaml")).unwrap();
+    let flink = StreamJob::from_yaml(&text).unwrap();
+    let flink_base = streamjob_crds::hash::deployment_hash(&flink.spec).unwrap();
+    let mut ingress = flink.spec.clone();
+    ingress.flink.as_mut().unwrap().ingress = Some(streamjob_crds::flink::FlinkIngress {
+        host: "flink.example.com".into(),
+        path: "/".into(),
+        ..Default::default()
+    });
+    assert_eq!(
+        streamjob_crds::hash::deployment_hash(&ingress).unwrap(),
+        flink_base
+    );
 }

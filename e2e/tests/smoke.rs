@@ -807,6 +807,11 @@ async fn operator_rbac_grants_only_what_the_code_calls() {
         ["create", "get"],
         "one NetworkPolicy per StreamJob, created once"
     );
+    assert_eq!(
+        verbs("ingresses.networking.k8s.io"),
+        ["create", "delete", "patch"],
+        "a Flink job's Ingress, applied and deleted"
+    );
     for none in [
         "deployments.apps",
         "statefulsets.apps",

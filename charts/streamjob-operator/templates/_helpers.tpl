@@ -67,6 +67,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# A Flink job's Ingress (spec.flink.ingress): applied when it changes, deleted when it goes.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["ingresses"]
+  verbs: ["create", "patch", "delete"]
 {{- if .Values.networkPolicy.enabled }}
 # One NetworkPolicy per StreamJob, created once (owned by it, so deleted with it).
 - apiGroups: ["networking.k8s.io"]

@@ -89,6 +89,11 @@ struct Ctr {
     next_probe: Instant,
     live_fail: i32,
     next_live: Instant,
+    /// The startup probe passed (or there is none): readiness and liveness probes run only
+    /// then, as on a real kubelet.
+    started: bool,
+    startup_fail: i32,
+    next_startup: Instant,
     /// This start's termination-message file.
     message_path: Option<PathBuf>,
 }
@@ -115,6 +120,9 @@ impl Ctr {
             next_probe: now,
             live_fail: 0,
             next_live: now,
+            started: false,
+            startup_fail: 0,
+            next_startup: now,
             message_path: None,
         }
     }
@@ -425,6 +433,9 @@ impl PodRuntime {
         c.next_probe = now + delay(&c.spec.readiness_probe);
         c.next_live = now + delay(&c.spec.liveness_probe);
         c.live_fail = 0;
+        c.started = c.spec.startup_probe.is_none();
+        c.startup_fail = 0;
+        c.next_startup = now + delay(&c.spec.startup_probe);
         Ok(())
     }
 
@@ -529,8 +540,43 @@ impl PodRuntime {
                 c.waiting = Some((reason, message));
                 c.next_start = Some(Instant::now() + Duration::from_secs(2));
             }
+            // The startup probe first: until it passes, no readiness or liveness probe.
+            if self.ctrs[i].child.is_some() && !self.ctrs[i].started {
+                let spec = self.ctrs[i].spec.clone();
+                if let Some(p) = &spec.startup_probe
+                    && Instant::now() >= self.ctrs[i].next_startup
+                {
+                    let ok = self.probe(p, &spec).await;
+                    let c = &mut self.ctrs[i];
+                    let now = Instant::now();
+                    c.next_startup =
+                        now + Duration::from_secs(p.period_seconds.unwrap_or(10).max(1) as u64);
+                    if ok {
+                        c.started = true;
+                        let delay = |p: &Option<Probe>| {
+                            Duration::from_secs(
+                                p.as_ref()
+                                    .and_then(|p| p.initial_delay_seconds)
+                                    .unwrap_or(0)
+                                    .max(0) as u64,
+                            )
+                        };
+                        c.next_probe = now + delay(&c.spec.readiness_probe);
+                        c.next_live = now + delay(&c.spec.liveness_probe);
+                    } else {
+                        c.startup_fail += 1;
+                        if c.startup_fail >= p.failure_threshold.unwrap_or(3) {
+                            tracing::info!(pod = %self.key, container = %c.spec.name, "startup probe failed; killing");
+                            if let Some(child) = c.child.as_mut() {
+                                let _ = child.start_kill();
+                            }
+                            c.startup_fail = 0;
+                        }
+                    }
+                }
+            }
             // Probes.
-            if self.ctrs[i].child.is_some() {
+            if self.ctrs[i].child.is_some() && self.ctrs[i].started {
                 let spec = self.ctrs[i].spec.clone();
                 match &spec.readiness_probe {
                     None => self.ctrs[i].ready = true,

@@ -117,6 +117,8 @@ impl FlinkJob {
                     },
                     "jobManager": {"resources": {"memory": "1024Mi", "cpu": "250m"}},
                     "flinkConfiguration": odd_configuration(),
+                    "ingress": {"host": format!("{}.flink.example.com", self.name),
+                                "className": "nginx", "tlsSecretName": "flink-tls"},
                     "taskManager": {"replicas": 1, "taskSlots": 3, "resources": {"memory": "1280Mi", "cpu": "250m"}},
                 },
             },
@@ -444,6 +446,27 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
         "one TaskManager pod"
     );
     let rss_running = operator_rss_mib(env).await;
+
+    // spec.flink.ingress: the Ingress routes the host to the job's REST Service, which keeps
+    // its name across upgrades (no ingress controller here: the object is what is checked)
+    let ingresses: Api<k8s_openapi::api::networking::v1::Ingress> =
+        Api::namespaced(env.client().await.unwrap(), &job.ns);
+    let ingress = ingresses
+        .get(&format!("{}-rest", job.name))
+        .await
+        .expect("the job's Ingress");
+    let rule = &ingress.spec.as_ref().unwrap().rules.as_ref().unwrap()[0];
+    assert_eq!(
+        rule.host.as_deref(),
+        Some(format!("{}.flink.example.com", job.name).as_str())
+    );
+    let backend = rule.http.as_ref().unwrap().paths[0]
+        .backend
+        .service
+        .as_ref()
+        .unwrap();
+    assert_eq!(backend.name, format!("{}-rest", job.name));
+    assert_eq!(backend.port.as_ref().unwrap().number, Some(8081));
 
     // the configuration reached Flink exactly as written (a file, not FLINK_PROPERTIES)
     let reported = job_manager_config(&job_manager(&ctx).await).await;

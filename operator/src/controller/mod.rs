@@ -74,6 +74,9 @@ pub struct Context<E: Engine> {
     failures: Mutex<HashMap<String, u32>>,
     /// StreamJobs (by uid) whose NetworkPolicy this process has seen or created.
     policies: Mutex<BTreeSet<String>>,
+    /// Flink StreamJobs (by uid) and the Ingress this process last applied for each (`None`:
+    /// made sure there is none).
+    ingresses: Mutex<HashMap<String, Option<String>>>,
     /// With leader election: checked before every status write and every action.
     leadership: Option<Leadership>,
     /// The clock every status time is written and read on (the API server's, estimated).
@@ -122,6 +125,7 @@ impl<E: Engine> Context<E> {
             settings,
             failures: Mutex::new(HashMap::new()),
             policies: Mutex::new(BTreeSet::new()),
+            ingresses: Mutex::new(HashMap::new()),
             leadership: None,
             clock: Arc::new(ApiClock::default()),
             slots,
@@ -347,6 +351,7 @@ async fn reconcile_inner<E: Engine>(
     if let Some(peer) = &ctx.settings.network_policy {
         network::ensure_network_policy(ctx, &owner, job.spec.engine, peer).await?;
     }
+    ingress::sync_ingress(ctx, &owner, &job.spec).await?;
     let scope = JobScope {
         client: &ctx.client,
         job,
@@ -519,6 +524,7 @@ mod cleanup;
 mod credentials;
 pub mod fairness;
 mod finalizer;
+mod ingress;
 mod token;
 
 use act::apply;

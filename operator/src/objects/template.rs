@@ -100,6 +100,7 @@ fn merge_container(ours: Container, mut user: Container) -> Container {
         ports: ours.ports,
         readiness_probe: ours.readiness_probe,
         liveness_probe: ours.liveness_probe.or(user.liveness_probe.take()),
+        startup_probe: ours.startup_probe.or(user.startup_probe.take()),
         termination_message_policy: ours.termination_message_policy,
         resources: ours.resources.or(user.resources.take()),
         volume_mounts: (!mounts.is_empty()).then_some(mounts),

@@ -191,7 +191,7 @@ impl ClusterPlan {
             ("metrics", METRICS_PORT),
         ];
         let mut container = self.container("jobmanager", args, &ports, &self.job_manager);
-        let probe = |initial: i32| Probe {
+        let probe = |initial: i32, failures: i32| Probe {
             http_get: Some(HTTPGetAction {
                 path: Some("/config".into()),
                 port: IntOrString::Int(i32::from(REST_PORT)),
@@ -199,11 +199,16 @@ impl ClusterPlan {
             }),
             initial_delay_seconds: Some(initial),
             period_seconds: Some(5),
-            failure_threshold: Some(6),
+            failure_threshold: Some(failures),
             ..Default::default()
         };
-        container.readiness_probe = Some(probe(2));
-        container.liveness_probe = Some(probe(30));
+        container.readiness_probe = Some(probe(0, 6));
+        // A JobManager's JVM may take minutes to answer on a busy node (20 jobs applied at once
+        // on 2 cores: none answered within the 60 s a liveness probe alone allowed, and every
+        // one was killed again and again). The startup probe allows 5 minutes; from its first
+        // success, a JobManager that stops answering for 30 s is restarted.
+        container.startup_probe = Some(probe(2, 60));
+        container.liveness_probe = Some(probe(0, 6));
         let mut pod = self.pod(
             &self.job_manager_name(),
             "jobmanager",

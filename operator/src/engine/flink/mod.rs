@@ -21,6 +21,7 @@
 mod adapter;
 pub mod cluster;
 pub mod conf;
+pub mod ingress;
 pub mod metrics;
 mod observe;
 pub mod plan;
