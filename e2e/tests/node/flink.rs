@@ -1,15 +1,16 @@
 //! g. A Flink job on the real node, from images built as a Flink user builds them: the test job
-//! FROM our Flink 2.3.0 (1.20.0 in the full suite) base image (laid out and started like the official `flink:` image), a
-//! JobManager and 2 TaskManagers (parallelism 2, the keyed count across them), state and output
-//! on MinIO through Flink's own S3 plugin (`ENABLE_BUILT_IN_PLUGINS`, as users enable it), the
-//! operator's NetworkPolicy enforced by the node. A savepoint by nonce; a change of the max
-//! parallelism refused by the pre-check with the job untouched; then an image bump in place: the
-//! check pod's init container copies the checker from the flink-checker image and the checker
-//! reads the S3 savepoint with the job's plugins. Before it, a TaskManager is OOM-killed by its
-//! container's memory limit (the job leaks native memory on request) and replaced while the
-//! operator's pod is deleted too, and the JobManager pod is deleted and the one made again
-//! resumes from the newest checkpoint on MinIO. Every number in exactly one committed line, each
-//! key's running count exactly 1..=N across both images.
+//! FROM our Flink 2.3.0 base image (1.20.0 in the full suite), laid out and started like the
+//! official `flink:` image; a JobManager and 2 TaskManagers (parallelism 2, the keyed count
+//! across them), state and output on MinIO through Flink's own S3 plugin
+//! (`ENABLE_BUILT_IN_PLUGINS`, as users enable it), the operator's NetworkPolicy enforced by the
+//! node. A savepoint by nonce; a change of the max parallelism refused by the pre-check with the
+//! job untouched; a TaskManager OOM-killed by its container's memory limit (the job leaks native
+//! memory on request), replaced while the operator's pod is deleted too; the JobManager pod
+//! deleted (the operator's pod right after) and the one made again resuming from the newest
+//! checkpoint on MinIO; then an image bump in place: the check pod's init container copies the
+//! checker from the flink-checker image and the checker reads the S3 savepoint with the job's
+//! plugins. Every number in exactly one committed line, each key's running count exactly 1..=N
+//! across both images.
 
 use std::collections::BTreeMap;
 
@@ -147,6 +148,24 @@ async fn download_output(
     objects.len()
 }
 
+/// The operator's pod deleted (SIGTERM: it hands its Lease back); its Deployment makes another.
+async fn delete_operator_pod(env: &'static TestEnv) {
+    let operator_ns = operator(env).await;
+    env.kubectl_ok(
+        &[
+            "delete",
+            "pod",
+            "-n",
+            operator_ns,
+            "-l",
+            "app.kubernetes.io/name=streamjob-operator",
+            "--wait=false",
+        ],
+        None,
+    )
+    .expect("kubectl delete the operator's pod");
+}
+
 /// The newest checkpoint in the job's status.
 async fn recorded_checkpoint(env: &TestEnv, job: &Job) -> u64 {
     let o = sj_api(env.client().await.unwrap(), &job.ns)
@@ -231,20 +250,7 @@ async fn oom_kill_a_task_manager(env: &'static TestEnv, job: &Job) {
     // at most one checkpoint in flight at the kill (Flink's default) can still complete
     // without the dead TaskManager: one past it was taken after the restart
     let recovered_at = newest_checkpoint(env, job, &jm_name).await + 2;
-    let operator_ns = operator(env).await;
-    env.kubectl_ok(
-        &[
-            "delete",
-            "pod",
-            "-n",
-            operator_ns,
-            "-l",
-            "app.kubernetes.io/name=streamjob-operator",
-            "--wait=false",
-        ],
-        None,
-    )
-    .expect("kubectl delete the operator's pod");
+    delete_operator_pod(env).await;
     let events: Api<k8s_openapi::api::core::v1::Event> =
         Api::namespaced(env.client().await.unwrap(), &job.ns);
     let event = poll_until(
@@ -434,7 +440,8 @@ async fn flink_job_on_the_real_node(version: &str) {
 
     oom_kill_a_task_manager(env, &job).await;
 
-    // the JobManager pod deleted: the operator makes it again under the same run, and its
+    // the JobManager pod deleted, then the operator's: the operator makes it again under the
+    // same run, and its
     // flink-jobmanager resumes from the newest checkpoint on MinIO — not the older one status
     // recorded, whose output since would be written again — with new TaskManagers; output stays
     // exactly once (checked at the end)
@@ -458,6 +465,8 @@ async fn flink_job_on_the_real_node(version: &str) {
         None,
     )
     .expect("kubectl delete the JobManager pod");
+    // and the operator's pod right after: the one made again recreates the JobManager
+    delete_operator_pod(env).await;
     let new_jm = poll_until(
         "a checkpoint of the JobManager made again",
         FLINK_TIMEOUT,
