@@ -128,6 +128,16 @@ impl Ctr {
     }
 }
 
+/// A probe's `initialDelaySeconds` (none: no delay).
+fn initial_delay(p: &Option<Probe>) -> Duration {
+    Duration::from_secs(
+        p.as_ref()
+            .and_then(|p| p.initial_delay_seconds)
+            .unwrap_or(0)
+            .max(0) as u64,
+    )
+}
+
 /// `state.terminated` of a container that exited with `code` (killed by `signal`), with its
 /// termination message (the file, or the log tail under `FallbackToLogsOnError`).
 fn terminated_state(dir: &Path, c: &Ctr, code: i32, signal: Option<i32>) -> Value {
@@ -422,20 +432,12 @@ impl PodRuntime {
         c.probe_ok = 0;
         c.probe_fail = 0;
         let now = Instant::now();
-        let delay = |p: &Option<Probe>| {
-            Duration::from_secs(
-                p.as_ref()
-                    .and_then(|p| p.initial_delay_seconds)
-                    .unwrap_or(0)
-                    .max(0) as u64,
-            )
-        };
-        c.next_probe = now + delay(&c.spec.readiness_probe);
-        c.next_live = now + delay(&c.spec.liveness_probe);
+        c.next_probe = now + initial_delay(&c.spec.readiness_probe);
+        c.next_live = now + initial_delay(&c.spec.liveness_probe);
         c.live_fail = 0;
         c.started = c.spec.startup_probe.is_none();
         c.startup_fail = 0;
-        c.next_startup = now + delay(&c.spec.startup_probe);
+        c.next_startup = now + initial_delay(&c.spec.startup_probe);
         Ok(())
     }
 
@@ -553,16 +555,8 @@ impl PodRuntime {
                         now + Duration::from_secs(p.period_seconds.unwrap_or(10).max(1) as u64);
                     if ok {
                         c.started = true;
-                        let delay = |p: &Option<Probe>| {
-                            Duration::from_secs(
-                                p.as_ref()
-                                    .and_then(|p| p.initial_delay_seconds)
-                                    .unwrap_or(0)
-                                    .max(0) as u64,
-                            )
-                        };
-                        c.next_probe = now + delay(&c.spec.readiness_probe);
-                        c.next_live = now + delay(&c.spec.liveness_probe);
+                        c.next_probe = now + initial_delay(&c.spec.readiness_probe);
+                        c.next_live = now + initial_delay(&c.spec.liveness_probe);
                     } else {
                         c.startup_fail += 1;
                         if c.startup_fail >= p.failure_threshold.unwrap_or(3) {

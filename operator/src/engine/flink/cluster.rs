@@ -497,6 +497,16 @@ pub(crate) mod tests {
             Some("Never"),
             "a lost JobManager is a new pod, so flink-jobmanager looks for its newest checkpoint"
         );
+        // a slow JVM on a busy node gets 5 minutes to answer before liveness counts
+        let startup = c.startup_probe.as_ref().unwrap();
+        assert_eq!(
+            (startup.period_seconds, startup.failure_threshold),
+            (Some(5), Some(60))
+        );
+        assert_eq!(
+            c.liveness_probe.as_ref().unwrap().initial_delay_seconds,
+            Some(0)
+        );
         assert_eq!(jm.metadata.name.as_deref(), Some("clicks-1a2b3c4d"));
         let labels = jm.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[LABEL_COMPONENT], "jobmanager");
