@@ -4,6 +4,7 @@
 //! Observe (`engine`) → decide (`decide`, pure) → act (`controller`, through `engine`).
 
 mod api;
+pub mod cli;
 pub mod clock;
 pub mod controller;
 pub mod decide;
@@ -21,6 +22,7 @@ pub mod network_policy;
 pub mod objects;
 pub mod pod_security;
 pub mod pod_template_policy;
+pub mod serve;
 
 /// Everything that can go wrong in the operator.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +98,22 @@ pub enum Error {
         "not the leader any more: the Lease was last renewed longer ago than the renew deadline"
     )]
     NotLeader,
+
+    /// A command-line flag's value cannot be used.
+    #[error("{flag}: {reason}")]
+    Flag { flag: &'static str, reason: String },
+
+    /// Neither an in-cluster service account nor a KUBECONFIG configures a client.
+    #[error("cannot configure a Kubernetes client (in-cluster or KUBECONFIG): {0}")]
+    KubeConfig(#[source] kube::config::InferConfigError),
+
+    /// The Lease election task ended before this replica became leader.
+    #[error("leader election stopped before this replica became leader")]
+    LeaderElectionStopped,
+
+    /// Another replica holds the Lease now: this one exits so that a fresh replica takes over.
+    #[error("lost the leader lease; exiting so a fresh replica takes over")]
+    LeaseLost,
 }
 
 impl Error {
@@ -114,7 +132,8 @@ impl Error {
             Error::Server { .. } => "server",
             Error::Flink(_) => "flink",
             Error::Clock(_) => "clock",
-            Error::NotLeader => "not_leader",
+            Error::NotLeader | Error::LeaderElectionStopped | Error::LeaseLost => "not_leader",
+            Error::Flag { .. } | Error::KubeConfig(_) => "config",
         }
     }
 }

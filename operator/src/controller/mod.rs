@@ -2,7 +2,8 @@
 //! server-side apply under one field manager. Observing and acting on a job's runs is the
 //! job's engine adapter's part ([`crate::engine`]); this loop is the same for every engine.
 //!
-//! By role: this file runs the loop and one reconcile; `act` (actions through the engine, with
+//! By role: this file runs the loop and one reconcile; `commit` (the order a decision is carried
+//! out in: status, actions, events), `act` (actions through the engine, with
 //! the status bookkeeping), `cleanup` (deletion and the finalizer), `token` (the control token
 //! Secret) and `network` (the job's NetworkPolicy) hold the rest.
 
@@ -372,52 +373,21 @@ async fn reconcile_inner<E: Engine>(
     let decision = decide(&jref, &job.spec, &status, &observed);
     tracing::debug!(actions = ?decision.actions.len(), stage = ?decision.status.upgrade.as_ref().map(|u| &u.step), "decided");
 
-    // ---- act: status first (the write-ahead log), then actions ----
-    // Every write names the resourceVersion it was computed from: a decision made on a stale cache
-    // (another operator replica, a slow watch) is refused (409) instead of overwriting newer status.
-    let mut version = job.metadata.resource_version.clone();
-    let mut new_status = decision.status.clone();
-    ctx.still_leading()?;
-    if new_status != status {
-        match write_status(&jobs, name, version.as_deref(), &new_status).await? {
-            Written::Now(v) => version = v,
-            Written::Stale => return Ok(stale(ctx, ns, name)),
-        }
-    }
-    let mut status_dirty = false;
-    let mut first_error = None;
-    for action in &decision.actions {
-        ctx.still_leading()?;
-        match apply(action, ctx, &scope, &observed, &mut new_status).await {
-            Ok(dirty) => status_dirty |= dirty,
-            Err(e) => {
-                tracing::warn!(error = %e, ?action, "action failed");
-                publish(
-                    ctx,
-                    job,
-                    true,
-                    "ActionFailed",
-                    &format!("{}: {e}", action_name(action)),
-                )
-                .await;
-                first_error = Some(e);
-                break;
-            }
-        }
-    }
-    if status_dirty {
-        ctx.still_leading()?;
-    }
-    if status_dirty
-        && write_status(&jobs, name, version.as_deref(), &new_status).await? == Written::Stale
-    {
-        return Ok(stale(ctx, ns, name));
-    }
-    for note in &decision.events {
-        publish(ctx, job, note.warning, &note.reason, &note.message).await;
-    }
+    // ---- act: status first (the write-ahead log), then actions, then events (see `commit`) ----
+    let mut cluster = commit::Cluster {
+        ctx,
+        scope: &scope,
+        observed: &observed,
+        jobs: &jobs,
+        version: job.metadata.resource_version.clone(),
+    };
+    let failed = match commit::carry_out(&decision, &status, &mut cluster).await? {
+        commit::Carried::Stale => return Ok(stale(ctx, ns, name)),
+        commit::Carried::Done => None,
+        commit::Carried::ActionFailed(e) => Some(e),
+    };
     record_metrics(ctx, ns, name, &decision);
-    if let Some(e) = first_error {
+    if let Some(e) = failed {
         return Err(e);
     }
     Ok(Requeue::requeue(decision.requeue_after))
@@ -438,7 +408,7 @@ fn record_metrics<E: Engine>(ctx: &Context<E>, ns: &str, name: &str, d: &Decisio
 
 /// The outcome of a status write with a resourceVersion precondition.
 #[derive(Debug, PartialEq, Eq)]
-enum Written {
+pub(super) enum Written {
     /// Written; the object's new resourceVersion.
     Now(Option<String>),
     /// Refused: the StreamJob changed since this reconcile read it.
@@ -503,24 +473,9 @@ async fn publish<E: Engine>(
     }
 }
 
-fn action_name(a: &Action) -> &'static str {
-    match a {
-        Action::PrepareVersion { .. } => "PrepareVersion",
-        Action::RetireVersion { .. } => "RetireVersion",
-        Action::Deploy(_) => "Deploy",
-        Action::Remove { .. } => "Remove",
-        Action::ForceRemove { .. } => "ForceRemove",
-        Action::AddWorker { .. } => "AddWorker",
-        Action::CheckCompatibility { .. } => "CheckCompatibility",
-        Action::TakeSavepoint { .. } => "TakeSavepoint",
-        Action::Start { .. } => "Start",
-        Action::Cancel { .. } => "Cancel",
-        Action::Dispose { .. } => "Dispose",
-    }
-}
-
 mod act;
 mod cleanup;
+mod commit;
 mod credentials;
 pub mod fairness;
 mod finalizer;
