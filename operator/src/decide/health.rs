@@ -66,7 +66,7 @@ impl Ctx<'_> {
                     );
                     self.note(true, "PodRecreated", msg.clone());
                     self.degraded = Some(("PodMissing".into(), msg));
-                    self.requeue = FAST;
+                    self.look_again_within(FAST);
                 }
             }
             Some(p) if p.terminating => {
@@ -74,7 +74,7 @@ impl Ctx<'_> {
                     "PodTerminating".into(),
                     format!("runtime pod {active} is terminating; it will be recreated"),
                 ));
-                self.requeue = FAST;
+                self.look_again_within(FAST);
             }
             Some(p) if p.phase == PodPhase::Failed => {
                 self.delete_pod(&active);
@@ -87,7 +87,7 @@ impl Ctx<'_> {
                 );
                 self.note(true, "PodFailed", msg.clone());
                 self.degraded = Some(("PodFailed".into(), msg));
-                self.requeue = FAST;
+                self.look_again_within(FAST);
             }
             // Killed from outside, and the kubelet's back-off (up to 5 min) would hold the job's
             // output for longer than replacing the pod takes. Only for an engine that fences its
@@ -100,7 +100,7 @@ impl Ctx<'_> {
                 );
                 self.note(true, "PodKilled", msg.clone());
                 self.degraded = Some(("PodKilled".into(), msg));
-                self.requeue = FAST;
+                self.look_again_within(FAST);
             }
             // Its container restarted with the epoch of the pod's arguments, older than the one a
             // warm start gave it (the old version of a rolled-back Shadow upgrade): it is fenced
@@ -113,7 +113,7 @@ impl Ctx<'_> {
                 );
                 self.note(true, "PodFenced", msg.clone());
                 self.degraded = Some(("PodFenced".into(), msg));
-                self.requeue = FAST;
+                self.look_again_within(FAST);
             }
             Some(p) if p.phase == PodPhase::Succeeded => health = Health::Finished,
             Some(p) => {
@@ -170,7 +170,7 @@ impl Ctx<'_> {
                             self.delete_pod(&active);
                             self.note(true, reason, msg.clone());
                             self.degraded = Some((reason.into(), msg));
-                            self.requeue = FAST;
+                            self.look_again_within(FAST);
                         }
                         RunState::Restarting => {
                             let why = js.failure.clone().unwrap_or_else(|| "no reason".into());

@@ -10,7 +10,8 @@
 //! The module is split by concern: [`machine`] (stages and declared transitions), [`world`] (the
 //! observed world), [`actions`] (what a decision asks for), one file per step of a transition
 //! (`steady`, `planning`, `standby`, `savepointing`, `stopped`, `restoring`, `suspend`),
-//! `housekeeping` (retention, GC), `report` (phase, requeue, message, conditions) and `guard`
+//! `housekeeping` (retention, GC), `facts` (what steps record, and the phase and requeue rules),
+//! `report` (phase, requeue, message, conditions derived from the facts) and `guard`
 //! (undeclared moves refused at run time). This file
 //! holds the entry point, the context every step works on, and the helpers they share.
 
@@ -35,6 +36,7 @@ use crate::objects::{ANNOTATION_RECOVERED_SAVEPOINT, LABEL_JOB, LABEL_ROLE, PodR
 use streamjob_contract::process::exit;
 
 mod actions;
+mod facts;
 mod guard;
 mod health;
 mod housekeeping;
@@ -57,6 +59,7 @@ use Step::{
     Suspended,
 };
 pub use actions::*;
+use facts::Deployed;
 use guard::{guard_transition, refuse, show_stage};
 use health::Health;
 pub use machine::*;
@@ -95,7 +98,10 @@ struct Ctx<'a> {
     events: Vec<Note>,
     outcome: Option<Outcome>,
     sp_done: Vec<(String, f64)>,
-    requeue: Duration,
+    /// The soonest look-again a fact asked for (see `facts`).
+    asked: Option<Duration>,
+    /// What the decision saw of the deployed version, for the phase (see `facts`).
+    deployed: Option<Deployed>,
     degraded: Option<(String, String)>,
     ready: Option<(bool, String, String)>,
     failed: bool,
@@ -143,7 +149,8 @@ pub fn decide(
         events: Vec::new(),
         outcome: None,
         sp_done: Vec::new(),
-        requeue: SLOW,
+        asked: None,
+        deployed: None,
         degraded: None,
         ready: None,
         failed: false,
@@ -196,7 +203,6 @@ impl Ctx<'_> {
             self.stage = Ok(Some(stage));
             self.moved = Some(Some(stage));
         }
-        self.requeue = Duration::from_secs(1);
     }
 
     /// Ends the transition record (done, dropped plan, cleared terminal record).

@@ -31,7 +31,6 @@ impl Ctx<'_> {
         }
         let target = self.upgrade_spec().unwrap_or_else(|| self.spec.clone());
         self.ensure_config(&up.to, &target);
-        self.requeue = FAST;
         // a plan pod on its way out is waited for (a retry creates one of the same name)
         if self.obs.pod(&plan).is_some_and(|p| p.terminating) {
             return;
@@ -107,7 +106,6 @@ impl Ctx<'_> {
         self.st.message = Some(format!("upgrade blocked: {why}"));
         self.note(true, "UpgradeBlocked", format!("{reason}: {why}"));
         self.outcome = Some(Outcome::Blocked);
-        self.requeue = SLOW;
     }
 
     pub(super) fn after_plan(&mut self, s: Stage) {

@@ -1,6 +1,10 @@
-//! The report: phase, requeue, message and conditions derived from what the steps recorded.
+//! The report: phase, requeue, message and conditions, derived from what the steps recorded
+//! (the facts in `facts`, the problem in `degraded`, `ready`, the stage the decision ends in).
 
 use super::*;
+
+/// A condition as the report computes it: type, status, reason, message.
+type Row = (&'static str, bool, String, String);
 
 impl Ctx<'_> {
     pub(super) fn finish(mut self) -> Decision {
@@ -10,48 +14,8 @@ impl Ctx<'_> {
         self.gc();
         self.workers();
         self.assign_epochs();
-        if self.degraded.is_none()
-            && let Some(a) = self.active()
-        {
-            {
-                let pod = self.obs.pod(&a);
-                if let Some(j) = self
-                    .obs
-                    .job(&a)
-                    .filter(|j| matches!(j.state, RunState::Failed | RunState::Restarting))
-                {
-                    self.degraded = Some((
-                        "JobRestarting".into(),
-                        format!(
-                            "the job in {a} is {:?}: {}",
-                            j.state,
-                            j.failure.as_deref().unwrap_or("no reason")
-                        ),
-                    ));
-                } else if let Some(p) = pod.filter(|p| p.crash_looping()) {
-                    self.degraded = Some((
-                        "CrashLooping".into(),
-                        format!("pod {a} restarted {} times", p.restarts),
-                    ));
-                } else if let Some(j) = self.obs.job(&a).filter(|j| !j.problems.is_empty()) {
-                    // a source that keeps retrying (brokers down, topic missing) says why
-                    let text: Vec<String> = j
-                        .problems
-                        .iter()
-                        .map(|p| format!("source {}: {}", p.uid, p.message))
-                        .collect();
-                    let mut msg = text.join("; ");
-                    if msg.len() > MAX_PROBLEM_MESSAGE {
-                        let mut cut = MAX_PROBLEM_MESSAGE;
-                        while !msg.is_char_boundary(cut) {
-                            cut -= 1;
-                        }
-                        msg.truncate(cut);
-                        msg.push('…');
-                    }
-                    self.degraded = Some(("SourceProblem".into(), msg));
-                }
-            }
+        if self.degraded.is_none() {
+            self.degraded = self.trouble_in_the_job();
         }
         // the scale subresource's selector: every pod that runs the job's subtasks
         self.st.selector = Some(format!(
@@ -68,141 +32,156 @@ impl Ctx<'_> {
         }
         let stage = self.stage().ok().flatten();
         let in_flight = stage.filter(|s| !s.step.is_terminal());
-        // Phase.
-        match in_flight.map(|s| s.kind) {
-            Some(Rollback) => self.st.phase = Some(Phase::RollingBack),
-            Some(InPlace | Shadow | Suspend) => self.st.phase = Some(Phase::Upgrading),
-            Some(Resume) => self.st.phase = Some(Phase::Deploying),
-            None => {}
+        // Phase and requeue, from the facts (see `facts`).
+        self.st.phase = facts::phase(
+            self.st.phase,
+            in_flight.map(|s| s.kind),
+            self.deployed,
+            self.failed,
+        );
+        let ending = facts::Ending {
+            stage,
+            moved: self.moved.is_some(),
+            phase: self.st.phase,
+            failed: self.failed,
+            no_actions: self.actions.is_empty(),
+        };
+        let requeue = facts::requeue(&ending, self.asked);
+        let (generation, now) = (self.obs.generation, self.obs.now);
+        for (type_, ok, reason, message) in self.conditions(stage) {
+            set_condition(
+                &mut self.st.conditions,
+                type_,
+                ok,
+                &reason,
+                &message,
+                generation,
+                now,
+            );
         }
-        if self.failed {
-            self.st.phase = Some(Phase::Failed);
+        self.st.message = self.st.message.take().or_else(|| self.message(stage));
+        self.transition_event(stage);
+        Decision {
+            actions: self.actions,
+            status: self.st,
+            events: self.events,
+            requeue_after: requeue,
+            outcome: self.outcome,
+            savepoints_completed: self.sp_done,
         }
-        // Nothing runs: look again rarely (pod and spec changes trigger reconciles anyway).
-        if in_flight.is_none()
-            && matches!(self.st.phase, Some(Phase::Suspended | Phase::Finished))
-            && self.actions.is_empty()
+    }
+
+    /// What is wrong with the active version's job while its pod looks fine (reason, message).
+    fn trouble_in_the_job(&self) -> Option<(String, String)> {
+        let a = self.active()?;
+        let job = self.obs.job(&a);
+        if let Some(j) = job.filter(|j| matches!(j.state, RunState::Failed | RunState::Restarting))
         {
-            self.requeue = IDLE;
+            return Some((
+                "JobRestarting".into(),
+                format!(
+                    "the job in {a} is {:?}: {}",
+                    j.state,
+                    j.failure.as_deref().unwrap_or("no reason")
+                ),
+            ));
         }
-        let generation = self.obs.generation;
-        let now = self.obs.now;
+        if let Some(p) = self.obs.pod(&a).filter(|p| p.crash_looping()) {
+            return Some((
+                "CrashLooping".into(),
+                format!("pod {a} restarted {} times", p.restarts),
+            ));
+        }
+        // a source that keeps retrying (brokers down, topic missing) says why
+        let j = job.filter(|j| !j.problems.is_empty())?;
+        let text: Vec<String> = j
+            .problems
+            .iter()
+            .map(|p| format!("source {}: {}", p.uid, p.message))
+            .collect();
+        let mut msg = text.join("; ");
+        if msg.len() > MAX_PROBLEM_MESSAGE {
+            let mut cut = MAX_PROBLEM_MESSAGE;
+            while !msg.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            msg.truncate(cut);
+            msg.push('…');
+        }
+        Some(("SourceProblem".into(), msg))
+    }
+
+    /// Every condition the report keeps, computed from the phase, the stage and the facts.
+    fn conditions(&self, stage: Option<Stage>) -> [Row; 8] {
+        let in_flight = stage.filter(|s| !s.step.is_terminal());
+        let step = stage.map(|s| s.step);
+        let phase = self.st.phase;
+        let upgrade_message = self
+            .st
+            .upgrade
+            .as_ref()
+            .and_then(|u| u.message.clone())
+            .unwrap_or_default();
+        let spec_valid: Row = match &self.spec_error {
+            Some(e) => ("SpecValid", false, "InvalidSpec".into(), e.clone()),
+            None => (
+                "SpecValid",
+                true,
+                "Valid".into(),
+                "the spec is valid".into(),
+            ),
+        };
+        let upgrading: Row = match in_flight {
+            Some(s) => (
+                "Upgrading",
+                true,
+                format!("{:?}{:?}", s.kind, s.step),
+                upgrade_message.clone(),
+            ),
+            None => (
+                "Upgrading",
+                false,
+                "Idle".into(),
+                "no transition in flight".into(),
+            ),
+        };
+        let blocked: Row = if step == Some(Blocked) {
+            (
+                "UpgradeBlocked",
+                true,
+                "Incompatible".into(),
+                upgrade_message.clone(),
+            )
+        } else {
+            ("UpgradeBlocked", false, "NotBlocked".into(), String::new())
+        };
+        let rolled_back: Row = if step == Some(RolledBack) {
+            let to = self
+                .st
+                .upgrade
+                .as_ref()
+                .map(|u| u.to.as_str())
+                .unwrap_or("");
+            let msg = format!("spec {to} failed and was rolled back: {upgrade_message}");
+            ("RolledBack", true, "RolledBack".into(), msg)
+        } else {
+            ("RolledBack", false, "NotRolledBack".into(), String::new())
+        };
+        let degraded: Row = match &self.degraded {
+            Some((reason, msg)) => ("Degraded", true, reason.clone(), msg.clone()),
+            None => ("Degraded", false, "Healthy".into(), String::new()),
+        };
+        // Ready: a version of the job is processing records right now.
         let active_state = self
             .active()
             .and_then(|a| self.obs.job(&a))
             .map(|j| j.state);
-        let conds = &mut self.st.conditions;
-        // SpecValid.
-        match &self.spec_error {
-            Some(e) => set_condition(conds, "SpecValid", false, "InvalidSpec", e, generation, now),
-            None => set_condition(
-                conds,
-                "SpecValid",
-                true,
-                "Valid",
-                "the spec is valid",
-                generation,
-                now,
-            ),
-        }
-        // Upgrading.
-        match in_flight {
-            Some(s) => set_condition(
-                conds,
-                "Upgrading",
-                true,
-                &format!("{:?}{:?}", s.kind, s.step),
-                self.st
-                    .upgrade
-                    .as_ref()
-                    .and_then(|u| u.message.as_deref())
-                    .unwrap_or(""),
-                generation,
-                now,
-            ),
-            None => set_condition(
-                conds,
-                "Upgrading",
-                false,
-                "Idle",
-                "no transition in flight",
-                generation,
-                now,
-            ),
-        }
-        // UpgradeBlocked.
-        match stage {
-            Some(s) if s.step == Blocked => set_condition(
-                conds,
-                "UpgradeBlocked",
-                true,
-                "Incompatible",
-                self.st
-                    .upgrade
-                    .as_ref()
-                    .and_then(|u| u.message.as_deref())
-                    .unwrap_or(""),
-                generation,
-                now,
-            ),
-            _ => set_condition(
-                conds,
-                "UpgradeBlocked",
-                false,
-                "NotBlocked",
-                "",
-                generation,
-                now,
-            ),
-        }
-        // RolledBack.
-        match stage {
-            Some(s) if s.step == RolledBack => set_condition(
-                conds,
-                "RolledBack",
-                true,
-                "RolledBack",
-                &format!(
-                    "spec {} failed and was rolled back: {}",
-                    self.st
-                        .upgrade
-                        .as_ref()
-                        .map(|u| u.to.as_str())
-                        .unwrap_or(""),
-                    self.st
-                        .upgrade
-                        .as_ref()
-                        .and_then(|u| u.message.as_deref())
-                        .unwrap_or("")
-                ),
-                generation,
-                now,
-            ),
-            _ => set_condition(
-                conds,
-                "RolledBack",
-                false,
-                "NotRolledBack",
-                "",
-                generation,
-                now,
-            ),
-        }
-        // Degraded.
-        match &self.degraded {
-            Some((reason, msg)) => {
-                set_condition(conds, "Degraded", true, reason, msg, generation, now)
-            }
-            None => set_condition(conds, "Degraded", false, "Healthy", "", generation, now),
-        }
-        // Ready.
-        // Ready: a version of the job is processing records right now.
         let (ready, reason, msg) = match self.ready.clone() {
             Some(r) => r,
-            None => match (self.st.phase, active_state) {
+            None => match (phase, active_state) {
                 (Some(Phase::Failed | Phase::Finished | Phase::Suspended), _) | (None, _) => (
                     false,
-                    format!("{:?}", self.st.phase.unwrap_or(Phase::Deploying)),
+                    format!("{:?}", phase.unwrap_or(Phase::Deploying)),
                     self.st.message.clone().unwrap_or_default(),
                 ),
                 (_, Some(RunState::Running)) => (true, "Running".into(), "the job runs".into()),
@@ -217,94 +196,74 @@ impl Ctx<'_> {
                 ),
             },
         };
-        set_condition(conds, "Ready", ready, &reason, &msg, generation, now);
         // kstatus (Flux, Argo CD, kstatus-aware tools): Stalled when the job cannot reach its
         // spec without the user, else Reconciling while it moves towards it.
-        let upgrade_message = || {
-            self.st
-                .upgrade
-                .as_ref()
-                .and_then(|u| u.message.clone())
-                .unwrap_or_default()
-        };
-        let stalled = match (&self.spec_error, stage.map(|s| s.step)) {
+        let stalled = match (&self.spec_error, step) {
             (Some(e), _) => Some(("InvalidSpec".to_string(), e.clone())),
-            (None, Some(Blocked)) => Some(("UpgradeBlocked".into(), upgrade_message())),
-            (None, Some(RolledBack)) => Some(("RolledBack".into(), upgrade_message())),
-            (None, Some(Aborted)) => Some(("UpgradeAborted".into(), upgrade_message())),
-            _ if self.st.phase == Some(Phase::Failed) => {
+            (None, Some(Blocked)) => Some(("UpgradeBlocked".into(), upgrade_message.clone())),
+            (None, Some(RolledBack)) => Some(("RolledBack".into(), upgrade_message.clone())),
+            (None, Some(Aborted)) => Some(("UpgradeAborted".into(), upgrade_message.clone())),
+            _ if phase == Some(Phase::Failed) => {
                 Some(("Failed".into(), self.st.message.clone().unwrap_or_default()))
             }
             _ => None,
         };
-        match &stalled {
-            Some((reason, msg)) => {
-                set_condition(conds, "Stalled", true, reason, msg, generation, now)
-            }
-            None => set_condition(conds, "Stalled", false, "NotStalled", "", generation, now),
-        }
         let settled = matches!(
-            self.st.phase,
+            phase,
             Some(Phase::Running | Phase::Suspended | Phase::Finished)
-        ) && (ready || self.st.phase != Some(Phase::Running));
-        match (&stalled, in_flight) {
-            (None, Some(s)) => set_condition(
-                conds,
+        ) && (ready || phase != Some(Phase::Running));
+        let reconciling: Row = match (&stalled, in_flight) {
+            (None, Some(s)) => (
                 "Reconciling",
                 true,
-                &format!("{:?}{:?}", s.kind, s.step),
-                &upgrade_message(),
-                generation,
-                now,
+                format!("{:?}{:?}", s.kind, s.step),
+                upgrade_message,
             ),
-            (None, None) if !settled => {
-                set_condition(conds, "Reconciling", true, &reason, &msg, generation, now)
-            }
-            _ => set_condition(conds, "Reconciling", false, "Settled", "", generation, now),
-        }
-        if self.st.message.is_none()
-            && let Some(s) = stage.filter(|s| s.step.is_terminal() && s.step != Suspended)
-        {
-            self.st.message = self
-                .st
-                .upgrade
-                .as_ref()
-                .and_then(|u| u.message.as_ref())
-                .map(|m| format!("{s}: {m}"));
-        }
-        if self.st.message.is_none() {
-            self.st.message = self
-                .degraded
-                .as_ref()
-                .map(|(_, m)| m.clone())
-                .or_else(|| self.spec_error.clone());
-        }
-        // A generic event for every stage change.
+            (None, None) if !settled => ("Reconciling", true, reason.clone(), msg.clone()),
+            _ => ("Reconciling", false, "Settled".into(), String::new()),
+        };
+        let stalled: Row = match stalled {
+            Some((reason, msg)) => ("Stalled", true, reason, msg),
+            None => ("Stalled", false, "NotStalled".into(), String::new()),
+        };
+        [
+            spec_valid,
+            upgrading,
+            blocked,
+            rolled_back,
+            degraded,
+            ("Ready", ready, reason, msg),
+            stalled,
+            reconciling,
+        ]
+    }
+
+    /// The message when no step gave one: how a finished transition ended, else the problem.
+    fn message(&self, stage: Option<Stage>) -> Option<String> {
+        let ended = stage.filter(|s| s.step.is_terminal() && s.step != Suspended);
+        ended
+            .and_then(|s| {
+                let m = self.st.upgrade.as_ref()?.message.as_ref()?;
+                Some(format!("{s}: {m}"))
+            })
+            .or_else(|| self.degraded.as_ref().map(|(_, m)| m.clone()))
+            .or_else(|| self.spec_error.clone())
+    }
+
+    /// A generic event for every stage change.
+    fn transition_event(&mut self, stage: Option<Stage>) {
         let before = self
             .old
             .upgrade
             .as_ref()
             .and_then(|u| u.step.parse::<Stage>().ok());
         if before != stage {
-            let from = before
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "Idle".into());
-            let to = stage
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "Idle".into());
-            self.events.push(Note {
-                warning: false,
-                reason: "Transition".into(),
-                message: format!("{from} -> {to}"),
-            });
-        }
-        Decision {
-            actions: self.actions,
-            status: self.st,
-            events: self.events,
-            requeue_after: self.requeue,
-            outcome: self.outcome,
-            savepoints_completed: self.sp_done,
+            let show = |s: Option<Stage>| s.map_or_else(|| "Idle".into(), |s| s.to_string());
+            self.note(
+                false,
+                "Transition",
+                format!("{} -> {}", show(before), show(stage)),
+            );
         }
     }
 }

@@ -8,7 +8,6 @@ impl Ctx<'_> {
             return;
         };
         let target = self.upgrade_spec().unwrap_or_else(|| self.spec.clone());
-        self.requeue = FAST;
         let watched = if s.kind == Shadow {
             self.standby_name().unwrap_or_default()
         } else {
@@ -144,7 +143,7 @@ impl Ctx<'_> {
                     savepoint: up.savepoint.clone(),
                     message: up.message.clone(),
                 });
-                self.st.phase = Some(Phase::Running);
+                self.deployed = Some(Deployed::Running);
                 self.note(
                     true,
                     "RolledBack",
@@ -177,7 +176,7 @@ impl Ctx<'_> {
                 }
                 self.set_last_stable(&up.to, target);
                 self.move_to_idle();
-                self.st.phase = Some(Phase::Running);
+                self.deployed = Some(Deployed::Running);
                 let reason = if s.kind == Resume {
                     "Resumed"
                 } else {
@@ -196,7 +195,8 @@ impl Ctx<'_> {
                 }
             }
         }
-        self.requeue = Duration::from_secs(5);
+        // the promoted version's first moments
+        self.look_again_within(facts::STARTING);
     }
 
     pub(super) fn fail_restore(
@@ -215,7 +215,6 @@ impl Ctx<'_> {
                 self.st.message = Some(format!("{why}; no other version to roll back to"));
                 self.degraded = Some(("RestoreFailing".into(), why.clone()));
                 self.note(true, "RestoreFailing", why);
-                self.requeue = Duration::from_secs(10);
             }
             (kind, Some((hash, spec))) => {
                 self.note(
@@ -259,7 +258,6 @@ impl Ctx<'_> {
                 }
                 self.begin(rb);
                 self.st.message = Some(format!("rolling back: {why}"));
-                self.requeue = Duration::from_secs(1);
             }
         }
     }

@@ -5,7 +5,6 @@ use super::*;
 impl Ctx<'_> {
     pub(super) fn savepointing(&mut self, s: Stage, sp: SpPoll) {
         let active = self.active().unwrap_or_default();
-        self.requeue = FAST;
         match sp {
             SpPoll::Done(path) => {
                 // WAL: the savepoint is recorded now; pods are touched from the next decision on.

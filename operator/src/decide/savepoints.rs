@@ -144,7 +144,6 @@ impl Ctx<'_> {
                     );
                     self.degraded = Some(("SavepointPathUnknown".into(), msg.clone()));
                     self.st.message = Some(msg);
-                    self.requeue = Duration::from_secs(10);
                     SpPoll::InFlight
                 } else if age > self.savepoint_timeout() {
                     self.st.pending_savepoint = None;
@@ -156,7 +155,7 @@ impl Ctx<'_> {
                     self.st.message = Some(msg.clone());
                     SpPoll::Failed(msg)
                 } else {
-                    self.requeue = FAST;
+                    self.look_again_within(FAST);
                     SpPoll::InFlight
                 }
             }
@@ -195,7 +194,7 @@ impl Ctx<'_> {
                 if stop { " (stop)" } else { "" }
             ),
         );
-        self.requeue = FAST;
+        self.look_again_within(FAST);
     }
 }
 

@@ -12,7 +12,6 @@ impl Ctx<'_> {
         };
         self.keep_old_version_running();
         let target = self.upgrade_spec().unwrap_or_else(|| self.spec.clone());
-        self.requeue = FAST;
         match self.obs.pod(&name) {
             None => {
                 self.ensure_config(&up.to, &target);
@@ -66,6 +65,5 @@ impl Ctx<'_> {
         ));
         self.note(true, "UpgradeAborted", why);
         self.outcome = Some(Outcome::Aborted);
-        self.requeue = SLOW;
     }
 }

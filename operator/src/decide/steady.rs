@@ -13,18 +13,16 @@ impl Ctx<'_> {
         };
         let active = dep.workload.clone().unwrap_or_default();
         let js = self.obs.job(&active).cloned();
-        let healthy = match self.keep_deployed_running(&dep) {
-            Health::Running => {
-                self.st.phase = Some(Phase::Running);
-                true
-            }
+        let deployed = match self.keep_deployed_running(&dep) {
+            Health::Running => Deployed::Running,
             Health::Finished => {
-                self.st.phase = Some(Phase::Finished);
                 self.ready = Some((false, "Finished".into(), "the job has finished".into()));
-                false
+                Deployed::Finished
             }
-            Health::NotRunning => false,
+            Health::NotRunning => Deployed::NotRunning,
         };
+        self.deployed = Some(deployed);
+        let healthy = deployed == Deployed::Running;
         if let Some(js) = &js {
             // The deployed spec is stable once it completed a checkpoint of its own.
             if js.has_own_checkpoint()
@@ -42,18 +40,11 @@ impl Ctx<'_> {
                 );
             }
         }
-        if self.st.phase == Some(Phase::Finished) {
-            return;
-        }
-        if self.st.phase.is_none() || self.st.phase == Some(Phase::Failed) && healthy {
-            self.st.phase = Some(if healthy {
-                Phase::Running
-            } else {
-                Phase::Deploying
-            });
-        }
-        if self.st.phase == Some(Phase::Deploying) {
-            self.requeue = self.requeue.min(Duration::from_secs(5));
+        // (`st.phase` is the phase as stored until the report derives the new one)
+        match facts::phase(self.st.phase, None, Some(deployed), false) {
+            Some(Phase::Finished) => return,
+            Some(Phase::Deploying) => self.look_again_within(facts::STARTING),
+            _ => {}
         }
         // Spec changes start only from a settled state.
         if sp != SpPoll::NoPending || self.st.pending_savepoint.is_some() {
@@ -129,7 +120,7 @@ impl Ctx<'_> {
             if elapsed >= every {
                 self.trigger(&active, "periodic", false, false);
             } else {
-                self.requeue = self.requeue.min(every - elapsed + Duration::from_secs(1));
+                self.look_again_within(every - elapsed + Duration::from_secs(1));
             }
         }
     }
@@ -147,7 +138,7 @@ impl Ctx<'_> {
 
     pub(super) fn first_deploy(&mut self) {
         if self.spec.state == JobState::Suspended {
-            self.st.phase = Some(Phase::Suspended);
+            self.deployed = Some(Deployed::Suspended);
             return;
         }
         let Some(hash) = self.spec_hash.clone() else {
@@ -161,7 +152,7 @@ impl Ctx<'_> {
         let from = self.spec.initial_savepoint.clone();
         let nonce = self.now.clone();
         self.deploy(&hash, &self.spec.clone(), from.clone(), &nonce);
-        self.st.phase = Some(Phase::Deploying);
+        self.deployed = Some(Deployed::Starting);
         self.note(
             false,
             "Deploying",
@@ -172,7 +163,7 @@ impl Ctx<'_> {
                 from.as_deref().unwrap_or("an empty state")
             ),
         );
-        self.requeue = FAST;
+        self.look_again_within(FAST);
     }
 
     pub(super) fn new_record(
@@ -296,7 +287,6 @@ impl Ctx<'_> {
             "UpgradeStarted"
         };
         self.note(false, reason, what);
-        self.requeue = Duration::from_secs(1);
     }
 
     pub(super) fn create_plan(&mut self, hash: &str, spec: &StreamJobSpec, from: &str) {
@@ -337,6 +327,5 @@ impl Ctx<'_> {
             },
         ));
         self.note(false, "Suspending", "spec.state is suspended");
-        self.requeue = Duration::from_secs(1);
     }
 }

@@ -8,7 +8,6 @@ impl Ctx<'_> {
             return;
         };
         let active = self.active();
-        self.requeue = FAST;
         let target = self.upgrade_spec().unwrap_or_else(|| self.spec.clone());
         if s.kind == Shadow {
             let Some(standby) = self.standby_name() else {
@@ -96,7 +95,7 @@ impl Ctx<'_> {
                     kind: Suspend,
                     step: Suspended,
                 });
-                self.st.phase = Some(Phase::Suspended);
+                self.deployed = Some(Deployed::Suspended);
                 self.note(
                     false,
                     "Suspended",
@@ -105,7 +104,6 @@ impl Ctx<'_> {
                         up.savepoint.as_deref().unwrap_or("its latest checkpoint")
                     ),
                 );
-                self.requeue = SLOW;
             }
             _ => {
                 let nonce = self.now.clone();

@@ -19,7 +19,7 @@ impl Ctx<'_> {
         let Some(up) = self.st.upgrade.clone() else {
             return;
         };
-        self.st.phase = Some(Phase::Suspended);
+        self.deployed = Some(Deployed::Suspended);
         self.ready = Some((false, "Suspended".into(), "the job is suspended".into()));
         // Leftover runtime pods of a suspended job go.
         let leftovers: Vec<String> = self
@@ -75,7 +75,7 @@ impl Ctx<'_> {
                 "Resuming",
                 format!("resuming with a changed spec {hash}: checking it against {from}"),
             );
-            self.requeue = FAST;
+            self.look_again_within(FAST);
         }
     }
 
