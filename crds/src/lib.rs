@@ -11,6 +11,7 @@ pub mod hash;
 pub mod kinds;
 pub mod pod_template;
 pub mod secrets;
+pub mod stage;
 pub mod stores;
 pub mod strict;
 pub mod units;

@@ -6,10 +6,13 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub use crate::stage::Stage;
 
 pub const API_VERSION: &str = "streamjob.io/v1alpha1";
 pub const KIND: &str = "StreamJob";
@@ -1623,9 +1626,9 @@ pub struct DeploymentStatus {
     /// Name of the runtime workload (the pods' owner).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<String>,
-    /// When it was deployed (RFC 3339).
+    /// When it was deployed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 /// What a deployment started from.
@@ -1647,10 +1650,10 @@ pub struct CheckpointInfo {
     /// Path of the checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    /// When the operator first saw it completed (RFC 3339, on the API server's clock as the
-    /// operator reads it, like every time in status; within a reconcile of its completion).
+    /// When the operator first saw it completed (on the API server's clock as the operator
+    /// reads it, like every time in status; within a reconcile of its completion).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time: Option<String>,
+    pub time: Option<DateTime<Utc>>,
 }
 
 /// A completed savepoint.
@@ -1659,9 +1662,9 @@ pub struct CheckpointInfo {
 pub struct SavepointInfo {
     /// Path of the savepoint.
     pub path: String,
-    /// Completion time (RFC 3339).
+    /// Completion time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time: Option<String>,
+    pub time: Option<DateTime<Utc>>,
     /// Why it was taken: upgrade, suspend, trigger, periodic, rescale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -1681,8 +1684,8 @@ pub struct PendingSavepoint {
     /// Whether the job stops after it (stop-with-savepoint).
     #[serde(default)]
     pub stop: bool,
-    /// When it was requested (RFC 3339).
-    pub started_at: String,
+    /// When it was requested.
+    pub started_at: DateTime<Utc>,
     /// The path of the job's last savepoint when this one was requested ("" if it had none;
     /// unset if its status could not be read). When the answer to the request is lost, a
     /// savepoint the job reports with another path is this one — decided without comparing the
@@ -1692,7 +1695,7 @@ pub struct PendingSavepoint {
 }
 
 /// Progress of a transition.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeStatus {
     /// Spec hash of the version being replaced.
@@ -1703,13 +1706,13 @@ pub struct UpgradeStatus {
     /// The target spec (JSON), so the upgrade can finish even if the spec changes again meanwhile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_spec: Option<String>,
-    /// Current step of the upgrade state machine.
-    pub step: String,
-    /// When the upgrade started (RFC 3339).
-    pub started_at: String,
-    /// When the current step started (RFC 3339); step timeouts count from here.
+    /// Current stage of the upgrade state machine, `Kind/Step`.
+    pub step: Stage,
+    /// When the upgrade started.
+    pub started_at: DateTime<Utc>,
+    /// When the current step started; step timeouts count from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step_started_at: Option<String>,
+    pub step_started_at: Option<DateTime<Utc>>,
     /// Savepoint or checkpoint the new version restores from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub savepoint: Option<String>,

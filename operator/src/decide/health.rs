@@ -43,8 +43,8 @@ impl Ctx<'_> {
                         .st
                         .last_checkpoint
                         .as_ref()
-                        .and_then(|c| parse_time(c.time.as_deref()))
-                        .zip(parse_time(dep.started_at.as_deref()))
+                        .and_then(|c| c.time)
+                        .zip(dep.started_at)
                         .is_some_and(|(ck, start)| ck > start);
                     let from = match dep.started_from {
                         StartedFrom::Savepoint if !checkpointed_since => dep.path.clone(),

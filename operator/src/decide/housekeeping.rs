@@ -9,7 +9,9 @@ pub(crate) const HISTORY_BUDGET_BYTES: usize = 256 * 1024;
 /// quotes.
 fn status_bytes(sp: &SavepointInfo) -> usize {
     let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-    64 + sp.path.len() + text(&sp.time) + text(&sp.reason) + text(&sp.spec_hash)
+    // a time is written `2026-12-07T16:57:21Z`
+    let time = sp.time.map_or(0, |_| 20);
+    64 + sp.path.len() + time + text(&sp.reason) + text(&sp.spec_hash)
 }
 
 impl Ctx<'_> {
@@ -77,7 +79,7 @@ impl Ctx<'_> {
         let mut kept = Vec::new();
         for (i, sp) in self.st.savepoint_history.iter().enumerate() {
             let too_many = n - i > keep_count || newer_bytes[i] > HISTORY_BUDGET_BYTES;
-            let too_old = match (max_age, parse_time(sp.time.as_deref())) {
+            let too_old = match (max_age, sp.time) {
                 (Some(age), Some(t)) => (self.obs.now - t).to_std().unwrap_or_default() > age,
                 _ => false,
             };
@@ -182,7 +184,7 @@ impl Ctx<'_> {
     }
 
     pub(super) fn gc(&mut self) {
-        let stage = self.stage().ok().flatten();
+        let stage = self.stage();
         let mut keep_pods: BTreeSet<String> = BTreeSet::new();
         if let Some(a) = self.active() {
             keep_pods.insert(a);

@@ -16,11 +16,9 @@
 //! holds the entry point, the context every step works on, and the helpers they share.
 
 use std::collections::BTreeSet;
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde::Deserialize;
 use streamjob_crds::hash::deployment_hash;
@@ -85,15 +83,15 @@ struct Ctx<'a> {
     obs: &'a Observed,
     old: &'a StreamJobStatus,
     st: StreamJobStatus,
-    /// `st.upgrade.step` read once, kept in step by `move_to`, `move_to_idle` and `begin` (an
-    /// unreadable stored step is an error message: the job is kept as it is and says so).
-    stage: Result<Option<Stage>, String>,
+    /// `st.upgrade.step`, kept in step by `move_to`, `move_to_idle` and `begin`.
+    stage: Option<Stage>,
     /// `st.upgrade.targetSpec`, read once (kept in step with the record by `begin` and
     /// `move_to_idle`).
     target: Option<StreamJobSpec>,
     /// `st.lastStableSpecHash` and `st.lastStableSpec`, read once (written by `set_last_stable`).
     last_stable: Option<(String, StreamJobSpec)>,
-    now: String,
+    /// `observed.now` to the second, as status records times.
+    now: DateTime<Utc>,
     actions: Vec<Action>,
     events: Vec<Note>,
     outcome: Option<Outcome>,
@@ -144,7 +142,7 @@ pub fn decide(
             .last_stable_spec_hash
             .clone()
             .and_then(|h| Some((h, spec_from_json(status.last_stable_spec.as_deref())?))),
-        now: rfc3339(observed.now),
+        now: observed.now.trunc_subsecs(0),
         actions: Vec::new(),
         events: Vec::new(),
         outcome: None,
@@ -162,11 +160,7 @@ pub fn decide(
     c.run();
     // Every change of stage went through move_to: the stage the record now holds is the last
     // one written there, or the stored one when nothing moved.
-    let stored = stored_stage(status).ok();
-    let bypassed = c
-        .moved
-        .or(stored)
-        .is_some_and(|m| stored_stage(&c.st).ok() != Some(m));
+    let bypassed = c.moved.unwrap_or(stored_stage(status)) != stored_stage(&c.st);
     let illegal = c.illegal.take();
     let decision = c.finish();
     if let Some(moves) = illegal {
@@ -187,8 +181,8 @@ pub fn decide(
 }
 
 impl Ctx<'_> {
-    fn stage(&self) -> Result<Option<Stage>, String> {
-        self.stage.clone()
+    fn stage(&self) -> Option<Stage> {
+        self.stage
     }
 
     /// Moves the transition in flight to `stage` (same record). With [`Ctx::move_to_idle`] and
@@ -197,10 +191,10 @@ impl Ctx<'_> {
     fn move_to(&mut self, stage: Stage) {
         if self.allowed(Some(stage)) && self.st.upgrade.is_some() {
             if let Some(u) = self.st.upgrade.as_mut() {
-                u.step = stage.to_string();
-                u.step_started_at = Some(self.now.clone());
+                u.step = stage;
+                u.step_started_at = Some(self.now);
             }
-            self.stage = Ok(Some(stage));
+            self.stage = Some(stage);
             self.moved = Some(Some(stage));
         }
     }
@@ -210,25 +204,19 @@ impl Ctx<'_> {
         if self.allowed(None) {
             self.st.upgrade = None;
             self.target = None;
-            self.stage = Ok(None);
+            self.stage = None;
             self.moved = Some(None);
         }
     }
 
     /// Starts a new transition record, in the stage its `step` names.
     fn begin(&mut self, record: UpgradeStatus) {
-        match record.step.parse::<Stage>() {
-            Ok(stage) if self.allowed(Some(stage)) => {
-                self.target = spec_from_json(record.target_spec.as_deref());
-                self.st.upgrade = Some(record);
-                self.stage = Ok(Some(stage));
-                self.moved = Some(Some(stage));
-            }
-            Ok(_) => {}
-            Err(e) => {
-                self.illegal
-                    .get_or_insert(format!("to a record with an unknown step ({e})"));
-            }
+        let stage = record.step;
+        if self.allowed(Some(stage)) {
+            self.target = spec_from_json(record.target_spec.as_deref());
+            self.st.upgrade = Some(record);
+            self.stage = Some(stage);
+            self.moved = Some(Some(stage));
         }
     }
 
@@ -236,7 +224,7 @@ impl Ctx<'_> {
     /// remembered (the decision is then refused).
     fn allowed(&mut self, to: Option<Stage>) -> bool {
         // an unreadable stored stage is replaced like no record at all
-        let from = self.stage().ok().flatten();
+        let from = self.stage();
         if legal(from, to) {
             return true;
         }
@@ -258,7 +246,7 @@ impl Ctx<'_> {
             .st
             .upgrade
             .as_ref()
-            .and_then(|u| parse_time(u.step_started_at.as_deref().or(Some(&u.started_at))));
+            .map(|u| u.step_started_at.unwrap_or(u.started_at));
         since
             .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
             .unwrap_or_default()
@@ -302,12 +290,12 @@ impl Ctx<'_> {
 
     fn standby_name(&self) -> Option<String> {
         let u = self.st.upgrade.as_ref()?;
-        Some(pod_name(self.job, &u.to, &u.started_at))
+        Some(pod_name(self.job, &u.to, &rfc3339(u.started_at)))
     }
 
     fn plan_name(&self) -> Option<String> {
         let u = self.st.upgrade.as_ref()?;
-        Some(plan_pod_name(self.job, &u.to, &u.started_at))
+        Some(plan_pod_name(self.job, &u.to, &rfc3339(u.started_at)))
     }
 
     fn ensure_config(&mut self, hash: &str, spec: &StreamJobSpec) {
@@ -384,8 +372,15 @@ impl Ctx<'_> {
     }
 
     /// Creates a runtime pod and records it as the deployment (before it exists: WAL).
-    fn deploy(&mut self, hash: &str, spec: &StreamJobSpec, from: Option<String>, nonce: &str) {
-        let name = pod_name(self.job, hash, nonce);
+    /// (`nonce`: the time that names the run's pod, with the version's hash)
+    fn deploy(
+        &mut self,
+        hash: &str,
+        spec: &StreamJobSpec,
+        from: Option<String>,
+        nonce: DateTime<Utc>,
+    ) {
+        let name = pod_name(self.job, hash, &rfc3339(nonce));
         self.ensure_config(hash, spec);
         self.actions.push(Action::Deploy(Box::new(RunPlan {
             name: name.clone(),
@@ -411,7 +406,7 @@ impl Ctx<'_> {
             },
             path: from,
             workload: Some(name),
-            started_at: Some(self.now.clone()),
+            started_at: Some(self.now),
         });
     }
 
@@ -430,7 +425,7 @@ impl Ctx<'_> {
                 StartedFrom::Empty
             };
             d.path = from.clone();
-            d.started_at = Some(self.now.clone());
+            d.started_at = Some(self.now);
         }
         self.actions.push(Action::Start {
             run: pod,
@@ -443,17 +438,7 @@ impl Ctx<'_> {
 
     fn run(&mut self) {
         self.observe_active();
-        let stage = match self.stage() {
-            Ok(s) => s,
-            Err(e) => {
-                // An unreadable record: keep the job as it is and say so.
-                self.st.message = Some(format!(
-                    "status.upgrade is unreadable ({e}); clear status.upgrade to continue"
-                ));
-                self.degraded = Some(("UnreadableStatus".into(), e));
-                return;
-            }
-        };
+        let stage = self.stage();
         let sp = self.poll_savepoint();
         match stage {
             None => self.steady(sp),
@@ -473,13 +458,9 @@ impl Ctx<'_> {
     }
 }
 
-/// The stage a status records (`status.upgrade.step`); `Ok(None)`: no transition.
-fn stored_stage(status: &StreamJobStatus) -> Result<Option<Stage>, String> {
-    status
-        .upgrade
-        .as_ref()
-        .map(|u| u.step.parse::<Stage>())
-        .transpose()
+/// The stage a status records (`status.upgrade.step`); `None`: no transition.
+fn stored_stage(status: &StreamJobStatus) -> Option<Stage> {
+    status.upgrade.as_ref().map(|u| u.step)
 }
 
 /// A spec as status records it (JSON); unreadable reads as none.

@@ -30,7 +30,7 @@ impl Ctx<'_> {
                 consumer_lag: j.consumer_lag,
             });
         }
-        let stage = self.stage().ok().flatten();
+        let stage = self.stage();
         let in_flight = stage.filter(|s| !s.step.is_terminal());
         // Phase and requeue, from the facts (see `facts`).
         self.st.phase = facts::phase(
@@ -252,11 +252,7 @@ impl Ctx<'_> {
 
     /// A generic event for every stage change.
     fn transition_event(&mut self, stage: Option<Stage>) {
-        let before = self
-            .old
-            .upgrade
-            .as_ref()
-            .and_then(|u| u.step.parse::<Stage>().ok());
+        let before = self.old.upgrade.as_ref().map(|u| u.step);
         if before != stage {
             let show = |s: Option<Stage>| s.map_or_else(|| "Idle".into(), |s| s.to_string());
             self.note(

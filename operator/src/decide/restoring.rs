@@ -136,10 +136,9 @@ impl Ctx<'_> {
                     step: Stage {
                         kind: Rollback,
                         step: RolledBack,
-                    }
-                    .to_string(),
-                    started_at: up.started_at.clone(),
-                    step_started_at: Some(self.now.clone()),
+                    },
+                    started_at: up.started_at,
+                    step_started_at: Some(self.now),
                     savepoint: up.savepoint.clone(),
                     message: up.message.clone(),
                 });
@@ -171,7 +170,7 @@ impl Ctx<'_> {
                         },
                         path: up.savepoint.clone(),
                         workload: Some(watched.to_string()),
-                        started_at: up.step_started_at.clone(),
+                        started_at: up.step_started_at,
                     });
                 }
                 self.set_last_stable(&up.to, target);
@@ -233,7 +232,7 @@ impl Ctx<'_> {
                     format!("rollback: {why}"),
                 );
                 rb.savepoint = up.savepoint.clone();
-                rb.started_at = up.started_at.clone();
+                rb.started_at = up.started_at;
                 if kind == Shadow {
                     self.cancel_and_delete(watched);
                     let old = self.active().unwrap_or_default();
@@ -250,8 +249,7 @@ impl Ctx<'_> {
                         rb.step = Stage {
                             kind: Rollback,
                             step: Restoring,
-                        }
-                        .to_string();
+                        };
                         self.start_warm_deployment(old, up.savepoint.clone());
                     }
                     // Otherwise Rollback/Stopped recreates the old version.

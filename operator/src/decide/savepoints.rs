@@ -14,10 +14,15 @@ pub(super) enum SpPoll {
 }
 
 impl Ctx<'_> {
-    pub(super) fn record_savepoint(&mut self, path: &str, reason: &str, started_at: Option<&str>) {
+    pub(super) fn record_savepoint(
+        &mut self,
+        path: &str,
+        reason: &str,
+        started_at: Option<DateTime<Utc>>,
+    ) {
         let info = SavepointInfo {
             path: path.to_string(),
-            time: Some(self.now.clone()),
+            time: Some(self.now),
             reason: Some(reason.to_string()),
             spec_hash: self.st.deployment.as_ref().map(|d| d.spec_hash.clone()),
         };
@@ -25,7 +30,7 @@ impl Ctx<'_> {
             self.st.savepoint_history.push(info.clone());
         }
         self.st.last_savepoint = Some(info);
-        let secs = parse_time(started_at)
+        let secs = started_at
             .map(|t| (self.obs.now - t).num_milliseconds().max(0) as f64 / 1000.0)
             .unwrap_or(0.0);
         self.sp_done.push((reason.to_string(), secs));
@@ -55,7 +60,7 @@ impl Ctx<'_> {
                 self.st.last_checkpoint = Some(CheckpointInfo {
                     id,
                     path,
-                    time: Some(self.now.clone()),
+                    time: Some(self.now),
                 });
             }
         }
@@ -67,7 +72,7 @@ impl Ctx<'_> {
         };
         // Recorded but never sent (the operator stopped between writing the status and the
         // request): the job still runs normally after a grace period, so ask again.
-        let started = parse_time(Some(&p.started_at));
+        let started = Some(p.started_at);
         let age = started
             .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
             .unwrap_or_default();
@@ -112,7 +117,7 @@ impl Ctx<'_> {
         match result {
             Some(Ok(path)) => {
                 self.st.pending_savepoint = None;
-                self.record_savepoint(&path, &p.reason, Some(&p.started_at));
+                self.record_savepoint(&path, &p.reason, Some(p.started_at));
                 SpPoll::Done(path)
             }
             Some(Err(error)) => {
@@ -183,7 +188,7 @@ impl Ctx<'_> {
             request_id: String::new(),
             reason: reason.to_string(),
             stop,
-            started_at: self.now.clone(),
+            started_at: self.now,
             previous,
         });
         self.note(

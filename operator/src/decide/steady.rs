@@ -55,8 +55,6 @@ impl Ctx<'_> {
         };
         let record = self
             .stage()
-            .ok()
-            .flatten()
             .zip(self.st.upgrade.as_ref().map(|u| u.to.clone()));
         if self.spec.state == JobState::Suspended {
             self.begin_suspend(healthy, &active, &dep);
@@ -110,9 +108,9 @@ impl Ctx<'_> {
                 .st
                 .last_savepoint
                 .as_ref()
-                .and_then(|s| parse_time(s.time.as_deref()))
+                .and_then(|s| s.time)
                 .into_iter()
-                .chain(parse_time(dep.started_at.as_deref()))
+                .chain(dep.started_at)
                 .max();
             let elapsed = since
                 .map(|t| (self.obs.now - t).to_std().unwrap_or_default())
@@ -150,8 +148,7 @@ impl Ctx<'_> {
             return;
         };
         let from = self.spec.initial_savepoint.clone();
-        let nonce = self.now.clone();
-        self.deploy(&hash, &self.spec.clone(), from.clone(), &nonce);
+        self.deploy(&hash, &self.spec.clone(), from.clone(), self.now);
         self.deployed = Some(Deployed::Starting);
         self.note(
             false,
@@ -178,9 +175,9 @@ impl Ctx<'_> {
             from,
             to: to.to_string(),
             target_spec: serde_json::to_string(spec).ok(),
-            step: stage.to_string(),
-            started_at: self.now.clone(),
-            step_started_at: Some(self.now.clone()),
+            step: stage,
+            started_at: self.now,
+            step_started_at: Some(self.now),
             savepoint: None,
             message: Some(message),
         }
@@ -191,12 +188,12 @@ impl Ctx<'_> {
             .st
             .last_checkpoint
             .as_ref()
-            .and_then(|c| Some((parse_time(c.time.as_deref()), c.path.clone()?)));
+            .and_then(|c| Some((c.time, c.path.clone()?)));
         let sp = self
             .st
             .last_savepoint
             .as_ref()
-            .map(|s| (parse_time(s.time.as_deref()), s.path.clone()));
+            .map(|s| (s.time, s.path.clone()));
         match (ck, sp) {
             (Some(c), Some(s)) => Some(if s.0 > c.0 { s.1 } else { c.1 }),
             (Some(c), None) => Some(c.1),

@@ -106,8 +106,7 @@ impl Ctx<'_> {
                 );
             }
             _ => {
-                let nonce = self.now.clone();
-                self.deploy(&up.to, &target, up.savepoint.clone(), &nonce);
+                self.deploy(&up.to, &target, up.savepoint.clone(), self.now);
                 self.move_to(Stage {
                     kind: s.kind,
                     step: Restoring,

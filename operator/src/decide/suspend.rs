@@ -9,9 +9,8 @@ impl Ctx<'_> {
         rec.step = Stage {
             kind: Suspend,
             step: Suspended,
-        }
-        .to_string();
-        rec.step_started_at = Some(self.now.clone());
+        };
+        rec.step_started_at = Some(self.now);
         self.begin(rec);
     }
 
@@ -88,8 +87,7 @@ impl Ctx<'_> {
         } else {
             up.savepoint.clone()
         };
-        let nonce = self.now.clone();
-        self.deploy(&up.to, spec, from.clone(), &nonce);
+        self.deploy(&up.to, spec, from.clone(), self.now);
         self.move_to(Stage {
             kind: Resume,
             step: Restoring,

@@ -127,7 +127,7 @@ pub(super) fn push(v: &mut Vec<Case>) {
     let mut res_plan = susp.clone();
     {
         let u = res_plan.upgrade.as_mut().unwrap();
-        u.step = "Resume/Planning".into();
+        u.step = "Resume/Planning".parse().unwrap();
         u.from = Some(hash(&spec));
         u.to = hash(&img2());
         u.target_spec = Some(serde_json::to_string(&img2()).unwrap());
@@ -167,7 +167,7 @@ pub(super) fn push(v: &mut Vec<Case>) {
         .conds(&["Upgrading"]),
     );
     let mut res_blocked = res_plan.clone();
-    res_blocked.upgrade.as_mut().unwrap().step = "Resume/Blocked".into();
+    res_blocked.upgrade.as_mut().unwrap().step = "Resume/Blocked".parse().unwrap();
     v.push(
         Case::new(
             "resume blocked: suspended again",

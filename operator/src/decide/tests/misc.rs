@@ -141,7 +141,7 @@ fn an_undeclared_transition_is_refused_at_run_time() {
     );
     let mut wrong = old.clone();
     if let Some(u) = wrong.upgrade.as_mut() {
-        u.step = "InPlace/Restoring".into();
+        u.step = "InPlace/Restoring".parse().unwrap();
     }
     let observed = Observed::new(chrono::DateTime::from_timestamp(1_000, 0).unwrap());
     let bad = Decision {
@@ -175,7 +175,7 @@ fn an_undeclared_transition_is_refused_at_run_time() {
     // a declared move goes through untouched
     let mut right = old.clone();
     if let Some(u) = right.upgrade.as_mut() {
-        u.step = "InPlace/Stopped".into();
+        u.step = "InPlace/Stopped".parse().unwrap();
     }
     let ok = Decision {
         actions: Vec::new(),

@@ -74,14 +74,14 @@ fn running() -> StreamJobStatus {
             started_from: StartedFrom::Empty,
             path: None,
             workload: Some(OLD.into()),
-            started_at: Some(ts(0)),
+            started_at: Some(t(0)),
         }),
         last_stable_spec_hash: Some(hash(&spec)),
         last_stable_spec: Some(serde_json::to_string(&spec).unwrap()),
         last_checkpoint: Some(CheckpointInfo {
             id: 5,
             path: Some("s3://b/ck/clicks/5".into()),
-            time: Some(ts(50)),
+            time: Some(t(50)),
         }),
         ..Default::default()
     }
@@ -149,9 +149,9 @@ fn with_upgrade(
         from: s.deployment.as_ref().map(|d| d.spec_hash.clone()),
         to: hash(target),
         target_spec: Some(serde_json::to_string(target).unwrap()),
-        step: stage.into(),
-        started_at: ts(100),
-        step_started_at: Some(ts(100)),
+        step: stage.parse().unwrap(),
+        started_at: t(100),
+        step_started_at: Some(t(100)),
         savepoint: savepoint.map(String::from),
         message: None,
     });
@@ -159,7 +159,7 @@ fn with_upgrade(
 }
 
 fn stage_of(d: &Decision) -> Option<String> {
-    d.status.upgrade.as_ref().map(|u| u.step.clone())
+    d.status.upgrade.as_ref().map(|u| u.step.to_string())
 }
 
 fn tags(d: &Decision) -> Vec<String> {
@@ -240,15 +240,8 @@ fn cond<'a>(d: &'a Decision, t: &str) -> &'a Condition {
 
 fn run(spec: &StreamJobSpec, status: &StreamJobStatus, obs: &Observed) -> Decision {
     let d = decide(&jref(), spec, status, obs);
-    let before = status
-        .upgrade
-        .as_ref()
-        .map(|u| u.step.parse::<Stage>().unwrap());
-    let after = d
-        .status
-        .upgrade
-        .as_ref()
-        .map(|u| u.step.parse::<Stage>().unwrap());
+    let before = status.upgrade.as_ref().map(|u| u.step);
+    let after = d.status.upgrade.as_ref().map(|u| u.step);
     assert!(
         legal(before, after),
         "illegal transition {before:?} -> {after:?}"
@@ -273,11 +266,7 @@ fn wal_invariant(before: &StreamJobStatus, obs: &Observed, d: &Decision) {
     let Some(old) = before.deployment.as_ref().and_then(|d| d.workload.clone()) else {
         return;
     };
-    let Some(stage) = before
-        .upgrade
-        .as_ref()
-        .and_then(|u| u.step.parse::<Stage>().ok())
-    else {
+    let Some(stage) = before.upgrade.as_ref().map(|u| u.step) else {
         return;
     };
     let guarded = match stage.kind {
@@ -406,8 +395,8 @@ impl Case {
                             "{name}: status.deployment.path of started {pod}"
                         );
                         assert_eq!(
-                            dep.started_at.as_deref(),
-                            Some(rfc3339(self.obs.now).as_str()),
+                            dep.started_at,
+                            Some(self.obs.now.trunc_subsecs(0)),
                             "{name}: status.deployment.startedAt of started {pod}"
                         );
                     }
@@ -533,7 +522,7 @@ fn plan_pod(
 ) -> PodObs {
     let u = status.upgrade.as_ref().unwrap();
     let mut p = PodObs::new(
-        &plan_pod_name(JOB, &u.to, &u.started_at),
+        &plan_pod_name(JOB, &u.to, &rfc3339(u.started_at)),
         PodRole::Plan,
         phase,
     );
@@ -544,7 +533,7 @@ fn plan_pod(
 
 fn standby_name_of(status: &StreamJobStatus) -> String {
     let u = status.upgrade.as_ref().unwrap();
-    pod_name(JOB, &u.to, &u.started_at)
+    pod_name(JOB, &u.to, &rfc3339(u.started_at))
 }
 
 fn pending(mut s: StreamJobStatus, reason: &str, stop: bool) -> StreamJobStatus {
@@ -552,7 +541,7 @@ fn pending(mut s: StreamJobStatus, reason: &str, stop: bool) -> StreamJobStatus 
         request_id: "7".into(),
         reason: reason.into(),
         stop,
-        started_at: ts(100),
+        started_at: t(100),
         previous: None,
     });
     s
@@ -568,7 +557,7 @@ fn switched(target: &StreamJobSpec, stage: &str) -> StreamJobStatus {
         started_from: StartedFrom::Savepoint,
         path: Some("s3://b/sp/clicks/sp-1".into()),
         workload: Some(NEW.into()),
-        started_at: Some(ts(200)),
+        started_at: Some(t(200)),
     });
     s
 }
@@ -593,7 +582,7 @@ fn rollback_status(stage: &str) -> StreamJobStatus {
     u.from = Some(hash(&img2()));
     u.to = hash(&base_spec());
     u.target_spec = Some(serde_json::to_string(&base_spec()).unwrap());
-    u.step = stage.into();
+    u.step = stage.parse().unwrap();
     s
 }
 

@@ -186,7 +186,7 @@ fn retention_by_count_and_age_keeps_protected_savepoints() {
     st.savepoint_history = (0..5)
         .map(|i| SavepointInfo {
             path: format!("sp-{i}"),
-            time: Some(ts(i * 100)),
+            time: Some(t(i * 100)),
             reason: Some("periodic".into()),
             spec_hash: None,
         })
@@ -227,7 +227,7 @@ fn retention_without_a_savepoints_section_keeps_the_default_ten() {
     st.savepoint_history = (0..12)
         .map(|i| SavepointInfo {
             path: format!("sp-{i}"),
-            time: Some(ts(i * 100)),
+            time: Some(t(i * 100)),
             reason: Some("upgrade".into()),
             spec_hash: None,
         })
@@ -256,7 +256,7 @@ fn retention_keeps_the_history_within_its_share_of_the_object() {
     st.savepoint_history = (0..200)
         .map(|i| SavepointInfo {
             path: format!("{long}/sp-{i:03}"),
-            time: Some(ts(i * 100)),
+            time: Some(t(i * 100)),
             reason: Some("periodic".into()),
             spec_hash: Some("0123456789abcdef".into()),
         })
@@ -286,13 +286,13 @@ fn suspended_savepoint_is_protected() {
     st.savepoint_history = vec![
         SavepointInfo {
             path: "sp-s".into(),
-            time: Some(ts(0)),
+            time: Some(t(0)),
             reason: Some("suspend".into()),
             spec_hash: None,
         },
         SavepointInfo {
             path: "sp-x".into(),
-            time: Some(ts(10)),
+            time: Some(t(10)),
             reason: Some("trigger".into()),
             spec_hash: None,
         },
