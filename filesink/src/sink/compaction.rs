@@ -18,7 +18,7 @@ impl FileSink {
             return Ok(());
         };
         let mut by_bucket: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (i, p) in self.pending_current.iter().enumerate() {
+        for (i, p) in self.pending.current.iter().enumerate() {
             let readable = matches!(
                 p.committable,
                 Committable::Rename { .. } | Committable::Staged { .. }
@@ -35,7 +35,7 @@ impl FileSink {
             }
             let mut data = Vec::new();
             for i in &idx {
-                match &self.pending_current[*i].committable {
+                match &self.pending.current[*i].committable {
                     Committable::Rename { temp_key: key, .. }
                     | Committable::Staged {
                         staging_key: key, ..
@@ -44,11 +44,11 @@ impl FileSink {
                 }
             }
             let merged = self.format.merge(&self.schema, &data)?;
-            let counter = self.next_counter;
-            self.next_counter += 1;
+            let counter = self.names.next_counter;
+            self.names.next_counter += 1;
             let name = format!(
                 "{}-{}-{}{}",
-                self.prefix, self.subtask_index, counter, self.suffix
+                self.names.prefix, self.names.subtask_index, counter, self.names.suffix
             );
             let final_key = join_key(&bucket, &name);
             let stream = self.open_stream(&final_key).await?;
@@ -65,16 +65,16 @@ impl FileSink {
         if drop_idx.is_empty() {
             return Ok(());
         }
-        let old = std::mem::take(&mut self.pending_current);
+        let old = std::mem::take(&mut self.pending.current);
         for (i, p) in old.into_iter().enumerate() {
             if drop_idx.contains(&i) {
                 crate::part::discard(self.store.as_ref(), &p.final_key, &p.committable).await?;
                 self.forget_marker(p.committable.id()).await;
             } else {
-                self.pending_current.push(p);
+                self.pending.current.push(p);
             }
         }
-        self.pending_current.extend(merged_files);
+        self.pending.current.extend(merged_files);
         self.metrics.files_compacted += drop_idx.len() as u64;
         Ok(())
     }

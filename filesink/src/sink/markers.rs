@@ -148,7 +148,10 @@ impl FileSink {
         };
         'probe: for b in &buckets {
             for c in floor..floor.saturating_add(ORPHAN_PROBE) {
-                let name = format!("{}-{}-{c}{}", self.prefix, self.subtask_index, self.suffix);
+                let name = format!(
+                    "{}-{}-{c}{}",
+                    self.names.prefix, self.names.subtask_index, self.names.suffix
+                );
                 let key = join_key(b, &name);
                 match self.store.list_multipart_uploads(&key).await {
                     Ok(found) => uploads.extend(found.into_iter().filter(|u| u.key == key)),
@@ -164,11 +167,13 @@ impl FileSink {
         let mut aborted = 0;
         for u in uploads {
             let name = u.key.rsplit('/').next().unwrap_or(&u.key);
-            let Some((sub, counter)) = parse_part_name(name, &self.prefix, &self.suffix) else {
+            let Some((sub, counter)) =
+                parse_part_name(name, &self.names.prefix, &self.names.suffix)
+            else {
                 continue;
             };
-            let owned =
-                sub == self.subtask_index || (self.subtask_index == 0 && sub >= self.parallelism);
+            let owned = sub == self.names.subtask_index
+                || (self.names.subtask_index == 0 && sub >= self.names.parallelism);
             let ours = self.markers.by_id.contains_key(&u.upload_id)
                 || self
                     .parts
@@ -219,7 +224,7 @@ impl FileSink {
         let key = format!(
             "{}/{}/{}-{}",
             self.marker_dir(),
-            self.subtask_index,
+            self.names.subtask_index,
             self.markers.instance,
             self.markers.seq
         );
@@ -268,8 +273,8 @@ impl FileSink {
             else {
                 continue;
             };
-            let owned =
-                sub == self.subtask_index || (self.subtask_index == 0 && sub >= self.parallelism);
+            let owned = sub == self.names.subtask_index
+                || (self.names.subtask_index == 0 && sub >= self.names.parallelism);
             if !owned || instance == self.markers.instance {
                 continue;
             }

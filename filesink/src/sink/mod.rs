@@ -1,6 +1,6 @@
 //! The file sink of one subtask. See the crate documentation for the contract.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,6 +80,24 @@ impl OpenPart {
     }
 }
 
+/// How one subtask names its part files: `<prefix>-<subtask>-<counter><suffix>`, the counter
+/// carried across checkpoints so that no name is used twice.
+struct PartNames {
+    prefix: String,
+    suffix: String,
+    subtask_index: u32,
+    parallelism: u32,
+    next_counter: u64,
+}
+
+/// Rolled part files not yet committed: those rolled since the last checkpoint, and those each
+/// checkpoint holds until it is notified complete.
+#[derive(Default)]
+struct Pending {
+    current: Vec<PendingFile>,
+    by_checkpoint: BTreeMap<u64, Vec<PendingFile>>,
+}
+
 /// The exactly-once file sink of one subtask.
 pub struct FileSink {
     store: Arc<dyn Store>,
@@ -87,20 +105,18 @@ pub struct FileSink {
     format: FormatKind,
     assigner: BucketAssigner,
     policy: RollingPolicy,
-    prefix: String,
-    suffix: String,
-    subtask_index: u32,
-    parallelism: u32,
+    /// How this subtask names its part files.
+    names: PartNames,
     part_size: usize,
-    next_counter: u64,
+    /// In-progress part files, by bucket.
     parts: BTreeMap<String, OpenPart>,
-    pending_current: Vec<PendingFile>,
-    pending: BTreeMap<u64, Vec<PendingFile>>,
+    /// Rolled part files waiting for their checkpoint's commit.
+    pending: Pending,
+    /// When buckets are next checked for rolling and closing (ms).
     next_check: i64,
     initialized: bool,
-    success: Option<SuccessConfig>,
-    open_buckets: BTreeMap<String, i64>,
-    closed_buckets: BTreeSet<String>,
+    /// Which buckets are open and which may get a `_SUCCESS` marker.
+    success: success::SuccessMarkers,
     metrics: SinkMetrics,
     /// This instance's markers and whether it cleaned up after dead ones.
     markers: markers::Markers,
@@ -111,8 +127,8 @@ impl std::fmt::Debug for FileSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileSink")
             .field("store", &self.store.describe())
-            .field("subtask_index", &self.subtask_index)
-            .field("next_counter", &self.next_counter)
+            .field("subtask_index", &self.names.subtask_index)
+            .field("next_counter", &self.names.next_counter)
             .field("open_parts", &self.parts.len())
             .field("metrics", &self.metrics)
             .finish()
@@ -194,23 +210,22 @@ impl FileSink {
             format,
             assigner,
             policy,
-            prefix: ofc.part_prefix,
-            suffix,
-            subtask_index,
-            parallelism,
+            names: PartNames {
+                prefix: ofc.part_prefix,
+                suffix,
+                subtask_index,
+                parallelism,
+                next_counter: 0,
+            },
             part_size: options
                 .part_size
                 .unwrap_or(MIN_PART_SIZE)
                 .max(MIN_PART_SIZE),
-            next_counter: 0,
             parts: BTreeMap::new(),
-            pending_current: Vec::new(),
-            pending: BTreeMap::new(),
+            pending: Pending::default(),
             next_check: i64::MIN,
             initialized: false,
-            success,
-            open_buckets: BTreeMap::new(),
-            closed_buckets: BTreeSet::new(),
+            success: success::SuccessMarkers::new(success),
             metrics: SinkMetrics::default(),
             markers: markers::Markers::new(),
             compaction_target,
@@ -225,8 +240,13 @@ impl FileSink {
     /// Counters for metrics and status.
     pub fn metrics(&self) -> SinkMetrics {
         let mut m = self.metrics.clone();
-        m.pending_files = (self.pending_current.len()
-            + self.pending.values().map(Vec::len).sum::<usize>()) as u64;
+        m.pending_files = (self.pending.current.len()
+            + self
+                .pending
+                .by_checkpoint
+                .values()
+                .map(Vec::len)
+                .sum::<usize>()) as u64;
         m
     }
 
@@ -278,12 +298,8 @@ impl FileSink {
             } else {
                 take_record_batch(batch, &UInt32Array::from(rows))?
             };
-            if self.success.is_some() {
-                let t = min_time.unwrap_or(processing_time);
-                let e = self.open_buckets.entry(bucket.clone()).or_insert(t);
-                *e = (*e).min(t);
-                self.closed_buckets.remove(&bucket);
-            }
+            self.success
+                .written(&bucket, min_time.unwrap_or(processing_time));
             self.write_bucket(&bucket, &sub, processing_time).await?;
         }
         if let Some(wm) = watermark {
@@ -299,11 +315,11 @@ impl FileSink {
             self.roll(bucket).await?;
         }
         if !self.parts.contains_key(bucket) {
-            let counter = self.next_counter;
-            self.next_counter += 1;
+            let counter = self.names.next_counter;
+            self.names.next_counter += 1;
             let name = format!(
                 "{}-{}-{}{}",
-                self.prefix, self.subtask_index, counter, self.suffix
+                self.names.prefix, self.names.subtask_index, counter, self.names.suffix
             );
             let final_key = join_key(bucket, &name);
             let stream = self.open_stream(&final_key).await?;
@@ -378,7 +394,7 @@ impl FileSink {
         let committable = self.close_stream(&final_key, stream, out).await?;
         tracing::debug!(%final_key, size = committable.size(), "part rolled");
         self.metrics.files_rolled += 1;
-        self.pending_current.push(PendingFile {
+        self.pending.current.push(PendingFile {
             checkpoint_id: 0,
             bucket: bucket.to_string(),
             final_key,
@@ -430,23 +446,15 @@ impl FileSink {
     }
 
     async fn close_buckets_before(&mut self, time: i64) -> Result<()> {
-        let Some(cfg) = &self.success else {
+        let Some(horizon) = self.success.horizon(time) else {
             return Ok(());
         };
-        let horizon = time.saturating_sub(cfg.lateness_ms);
         let Some(current) = self.assigner.bucket_of_time(horizon) else {
             return Ok(());
         };
-        let closing: Vec<String> = self
-            .open_buckets
-            .iter()
-            .filter(|(b, first)| **b != current && horizon > **first)
-            .filter(|(b, _)| !self.closed_buckets.contains(*b))
-            .map(|(b, _)| b.clone())
-            .collect();
-        for b in closing {
+        for b in self.success.closing(horizon, &current) {
             self.roll(&b).await?;
-            self.closed_buckets.insert(b);
+            self.success.closed.insert(b);
         }
         Ok(())
     }
@@ -459,7 +467,7 @@ impl FileSink {
         self.check_init()?;
         let span = tracing::info_span!(
             "filesink_snapshot",
-            subtask = self.subtask_index,
+            subtask = self.names.subtask_index,
             checkpoint_id
         );
         async move {
@@ -492,14 +500,24 @@ impl FileSink {
                 });
             }
             self.compact_pending().await?;
-            if !self.pending_current.is_empty() {
-                let mut cur = std::mem::take(&mut self.pending_current);
+            if !self.pending.current.is_empty() {
+                let mut cur = std::mem::take(&mut self.pending.current);
                 for f in &mut cur {
                     f.checkpoint_id = checkpoint_id;
                 }
-                self.pending.entry(checkpoint_id).or_default().extend(cur);
+                self.pending
+                    .by_checkpoint
+                    .entry(checkpoint_id)
+                    .or_default()
+                    .extend(cur);
             }
-            let pending: Vec<PendingFile> = self.pending.values().flatten().cloned().collect();
+            let pending: Vec<PendingFile> = self
+                .pending
+                .by_checkpoint
+                .values()
+                .flatten()
+                .cloned()
+                .collect();
             tracing::debug!(
                 in_progress = in_progress.len(),
                 pending = pending.len(),
@@ -507,12 +525,12 @@ impl FileSink {
             );
             Ok(SinkSubtaskState {
                 version: STATE_VERSION,
-                subtask_index: self.subtask_index,
+                subtask_index: self.names.subtask_index,
                 checkpoint_id,
-                next_counter: self.next_counter,
+                next_counter: self.names.next_counter,
                 in_progress,
                 pending,
-                open_buckets: self.open_buckets.clone(),
+                open_buckets: self.success.open.clone(),
             })
         }
         .instrument(span)
@@ -526,17 +544,18 @@ impl FileSink {
         self.check_init()?;
         let span = tracing::info_span!(
             "filesink_commit",
-            subtask = self.subtask_index,
+            subtask = self.names.subtask_index,
             checkpoint_id
         );
         async move {
             let ids: Vec<u64> = self
                 .pending
+                .by_checkpoint
                 .range(..=checkpoint_id)
                 .map(|(k, _)| *k)
                 .collect();
             for id in ids {
-                let files = self.pending.remove(&id).unwrap_or_default();
+                let files = self.pending.by_checkpoint.remove(&id).unwrap_or_default();
                 let mut iter = files.into_iter();
                 while let Some(f) = iter.next() {
                     let done = commit_detached(
@@ -549,7 +568,7 @@ impl FileSink {
                         self.metrics.commit_failures += 1;
                         let mut rest = vec![f];
                         rest.extend(iter);
-                        self.pending.insert(id, rest);
+                        self.pending.by_checkpoint.insert(id, rest);
                         tracing::warn!(error = %e, "commit failed; files stay pending");
                         return Err(e);
                     }
@@ -610,15 +629,12 @@ impl FileSink {
         for b in buckets {
             self.roll(&b).await?;
         }
-        if self.success.is_some() {
-            let all: Vec<String> = self.open_buckets.keys().cloned().collect();
-            self.closed_buckets.extend(all);
-        }
+        self.success.close_all();
         Ok(())
     }
 
     /// Subtask index and parallelism this sink was built for.
     pub fn subtask(&self) -> (u32, u32) {
-        (self.subtask_index, self.parallelism)
+        (self.names.subtask_index, self.names.parallelism)
     }
 }

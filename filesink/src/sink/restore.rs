@@ -19,10 +19,10 @@ impl FileSink {
     /// call for a runtime that can hand every subtask the same list.
     pub async fn initialize_union(&mut self, all: Vec<SinkSubtaskState>) -> Result<()> {
         let floor = max_next_counter(&all);
-        let p = self.parallelism.max(1);
+        let p = self.names.parallelism.max(1);
         let mine = all
             .into_iter()
-            .filter(|s| s.subtask_index % p == self.subtask_index)
+            .filter(|s| s.subtask_index % p == self.names.subtask_index)
             .collect();
         self.initialize(mine, floor).await
     }
@@ -42,14 +42,14 @@ impl FileSink {
     ) -> Result<()> {
         let span = tracing::info_span!(
             "filesink_initialize",
-            subtask = self.subtask_index,
+            subtask = self.names.subtask_index,
             states = restored.len()
         );
         async move {
             if self.initialized {
                 return Err(Error::State("initialize called twice".into()));
             }
-            self.next_counter = counter_floor.max(max_next_counter(&restored));
+            self.names.next_counter = counter_floor.max(max_next_counter(&restored));
             let restored_empty = restored.is_empty();
             let mut restored_buckets: BTreeSet<String> = restored
                 .iter()
@@ -89,7 +89,7 @@ impl FileSink {
                     drop_markers(store.as_ref(), old_markers.remove(p.committable.id())).await?;
                 }
                 for (b, t) in &st.open_buckets {
-                    let e = self.open_buckets.entry(b.clone()).or_insert(*t);
+                    let e = self.success.open.entry(b.clone()).or_insert(*t);
                     *e = (*e).min(*t);
                 }
             }
@@ -139,8 +139,8 @@ impl FileSink {
                     );
                 }
             }
-            if store.supports_multipart() && (!restored_empty || self.next_counter > 0) {
-                self.abort_unrecorded_orphans(self.next_counter, restored_buckets)
+            if store.supports_multipart() && (!restored_empty || self.names.next_counter > 0) {
+                self.abort_unrecorded_orphans(self.names.next_counter, restored_buckets)
                     .await;
             }
             self.initialized = true;
