@@ -1,8 +1,8 @@
 //! What the steps record, and the rules that turn it into the phase and the requeue interval.
 //!
 //! A step says what it saw or did ("the deployed run is running", "a transition moved", "look
-//! again within 5 s for the periodic savepoint"); it never writes `status.phase` or picks the
-//! requeue interval itself. [`Ctx::finish`](super::Ctx) (report.rs) derives both here, with the
+//! again within 5 s for the periodic savepoint", "upgrade blocked: …" for the message); it never
+//! writes `status.phase` or `status.message` or picks the requeue interval itself. [`Ctx::finish`](super::Ctx) (report.rs) derives both here, with the
 //! conditions and the message, from these facts and the stage the decision ends in, so the
 //! rules can be read (and changed) in one place:
 //!
@@ -98,6 +98,12 @@ pub(super) fn requeue(end: &Ending, asked: Option<Duration>) -> Duration {
 }
 
 impl Ctx<'_> {
+    /// Records what the job's status message says (the last step to say something wins; with
+    /// none, the report says how a transition ended or what is wrong).
+    pub(super) fn say(&mut self, message: impl Into<String>) {
+        self.said = Some(message.into());
+    }
+
     /// Records that something this decision started or waits for is worth looking at again
     /// within `d` (the soonest of these wins).
     pub(super) fn look_again_within(&mut self, d: Duration) {

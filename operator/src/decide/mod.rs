@@ -96,6 +96,8 @@ struct Ctx<'a> {
     events: Vec<Note>,
     outcome: Option<Outcome>,
     sp_done: Vec<(String, f64)>,
+    /// What the step says about the job, for `status.message` (see `facts`).
+    said: Option<String>,
     /// The soonest look-again a fact asked for (see `facts`).
     asked: Option<Duration>,
     /// What the decision saw of the deployed version, for the phase (see `facts`).
@@ -147,6 +149,7 @@ pub fn decide(
         events: Vec::new(),
         outcome: None,
         sp_done: Vec::new(),
+        said: None,
         asked: None,
         deployed: None,
         degraded: None,
@@ -451,7 +454,7 @@ impl Ctx<'_> {
                 (_, Stopped) => self.stopped(s),
                 (_, Restoring) => self.restoring(s),
                 (_, StartingStandby | Suspended) => {
-                    self.st.message = Some(format!("unexpected stage {s}; clear status.upgrade"));
+                    self.say(format!("unexpected stage {s}; clear status.upgrade"));
                 }
             },
         }

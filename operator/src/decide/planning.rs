@@ -103,7 +103,7 @@ impl Ctx<'_> {
         if let Some(u) = self.st.upgrade.as_mut() {
             u.message = Some(format!("{reason}: {why}"));
         }
-        self.st.message = Some(format!("upgrade blocked: {why}"));
+        self.say(format!("upgrade blocked: {why}"));
         self.note(true, "UpgradeBlocked", format!("{reason}: {why}"));
         self.outcome = Some(Outcome::Blocked);
     }

@@ -59,7 +59,7 @@ impl Ctx<'_> {
                 now,
             );
         }
-        self.st.message = self.st.message.take().or_else(|| self.message(stage));
+        self.st.message = self.said.take().or_else(|| self.message(stage));
         self.transition_event(stage);
         Decision {
             actions: self.actions,
@@ -182,7 +182,7 @@ impl Ctx<'_> {
                 (Some(Phase::Failed | Phase::Finished | Phase::Suspended), _) | (None, _) => (
                     false,
                     format!("{:?}", phase.unwrap_or(Phase::Deploying)),
-                    self.st.message.clone().unwrap_or_default(),
+                    self.said.clone().unwrap_or_default(),
                 ),
                 (_, Some(RunState::Running)) => (true, "Running".into(), "the job runs".into()),
                 (Some(p), s) => (
@@ -204,7 +204,7 @@ impl Ctx<'_> {
             (None, Some(RolledBack)) => Some(("RolledBack".into(), upgrade_message.clone())),
             (None, Some(Aborted)) => Some(("UpgradeAborted".into(), upgrade_message.clone())),
             _ if phase == Some(Phase::Failed) => {
-                Some(("Failed".into(), self.st.message.clone().unwrap_or_default()))
+                Some(("Failed".into(), self.said.clone().unwrap_or_default()))
             }
             _ => None,
         };

@@ -211,7 +211,7 @@ impl Ctx<'_> {
                 // Nothing to return to (or the rollback itself fails): report; the runtime
                 // keeps retrying from its checkpoints.
                 self.failed = true;
-                self.st.message = Some(format!("{why}; no other version to roll back to"));
+                self.say(format!("{why}; no other version to roll back to"));
                 self.degraded = Some(("RestoreFailing".into(), why.clone()));
                 self.note(true, "RestoreFailing", why);
             }
@@ -255,7 +255,7 @@ impl Ctx<'_> {
                     // Otherwise Rollback/Stopped recreates the old version.
                 }
                 self.begin(rb);
-                self.st.message = Some(format!("rolling back: {why}"));
+                self.say(format!("rolling back: {why}"));
             }
         }
     }

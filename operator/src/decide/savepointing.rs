@@ -47,7 +47,7 @@ impl Ctx<'_> {
                     other => {
                         // A run that cannot get its job running by itself is replaced now.
                         self.keep_old_version_running();
-                        self.st.message = Some(format!(
+                        self.say(format!(
                             "waiting for the job to run to take a savepoint (state {other:?}); set spec.upgrade.mode to last-state to upgrade from the latest checkpoint"
                         ));
                     }

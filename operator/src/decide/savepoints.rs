@@ -127,7 +127,7 @@ impl Ctx<'_> {
                     "SavepointFailed",
                     format!("{} savepoint failed: {error}", p.reason),
                 );
-                self.st.message = Some(format!("{} savepoint failed: {error}", p.reason));
+                self.say(format!("{} savepoint failed: {error}", p.reason));
                 SpPoll::Failed(error)
             }
             None => {
@@ -148,7 +148,7 @@ impl Ctx<'_> {
                         p.reason
                     );
                     self.degraded = Some(("SavepointPathUnknown".into(), msg.clone()));
-                    self.st.message = Some(msg);
+                    self.say(msg);
                     SpPoll::InFlight
                 } else if age > self.savepoint_timeout() {
                     self.st.pending_savepoint = None;
@@ -157,7 +157,7 @@ impl Ctx<'_> {
                         p.reason, self.spec.upgrade.savepoint_timeout
                     );
                     self.note(true, "SavepointFailed", msg.clone());
-                    self.st.message = Some(msg.clone());
+                    self.say(msg.clone());
                     SpPoll::Failed(msg)
                 } else {
                     self.look_again_within(FAST);

@@ -60,7 +60,7 @@ impl Ctx<'_> {
         if let Some(u) = self.st.upgrade.as_mut() {
             u.message = Some(why.clone());
         }
-        self.st.message = Some(format!(
+        self.say(format!(
             "upgrade aborted, the old version keeps running: {why}"
         ));
         self.note(true, "UpgradeAborted", why);
