@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::v1alpha1::StreamJobSpec;
+
 /// The Flink minors the engine runs (`major`, `minor`): the savepoint pre-check is compiled per
 /// minor. The operator's `engine::flink::version::SUPPORTED` holds the same list with what each
 /// reads.
@@ -216,6 +218,23 @@ pub fn parse_version(version: &str) -> Option<(u32, u32, u32)> {
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(Ok(a)), Some(Ok(b)), Some(Ok(c)), None) => Some((a, b, c)),
         _ => None,
+    }
+}
+
+impl StreamJobSpec {
+    /// Why this spec cannot restore the state a job deployed as `deployed` keeps, whatever the
+    /// job's code: an engine's rule that no pre-check needs to run for. The one rule today:
+    /// Flink restores savepoints and checkpoints in the same or a newer minor version only, so a
+    /// downgrade would fail after the running job is stopped.
+    pub fn cannot_restore_state_of(&self, deployed: &StreamJobSpec) -> Option<String> {
+        let (new, old) = (self.flink.as_ref()?, deployed.flink.as_ref()?);
+        let (to, from) = (parse_version(&new.version)?, parse_version(&old.version)?);
+        ((to.0, to.1) < (from.0, from.1)).then(|| {
+            format!(
+                "spec.flink.version {} is older than the running job's {}: Flink restores state written by the same or an older minor version only; keep {} (or a newer version), or start the job without its state (spec.upgrade.mode: stateless)",
+                new.version, old.version, old.version
+            )
+        })
     }
 }
 

@@ -923,8 +923,9 @@ async fn v_flink_1_20_job_through_the_operator() {
     flink_job_through_the_operator("1.20.0", "2.3.0", "committer").await;
 }
 
-/// w. Flink 2.3: the same; a 2.3 savepoint is refused for a 1.20 target (format version 6).
+/// w. Flink 2.3: the same; a downgrade to 1.20 is refused before any pre-check pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn w_flink_2_3_job_through_the_operator() {
-    flink_job_through_the_operator("2.3.0", "1.20.0", "format version 6").await;
+    flink_job_through_the_operator("2.3.0", "1.20.0", "is older than the running job's 2.3.0")
+        .await;
 }

@@ -25,11 +25,17 @@ impl Ctx<'_> {
             }
             return;
         }
+        // a change no pre-check can make restorable (a Flink downgrade) is refused before the
+        // plan pod, like an incompatible one
+        let target = self.upgrade_spec().unwrap_or_else(|| self.spec.clone());
+        if let Some(why) = self.refused_restore(&target) {
+            self.block(s, "CannotRestore", why);
+            return;
+        }
         // (a Resume plans while nothing runs)
         if s.kind != Resume {
             self.keep_old_version_running();
         }
-        let target = self.upgrade_spec().unwrap_or_else(|| self.spec.clone());
         self.ensure_config(&up.to, &target);
         // a plan pod on its way out is waited for (a retry creates one of the same name)
         if self.obs.pod(&plan).is_some_and(|p| p.terminating) {
@@ -93,6 +99,19 @@ impl Ctx<'_> {
                 );
             }
         }
+    }
+
+    /// Why `target` cannot restore the job's state at all (an engine's rule, such as a Flink
+    /// downgrade), known without a pre-check; `None` for a stateless change.
+    pub(super) fn refused_restore(&self, target: &StreamJobSpec) -> Option<String> {
+        if target.upgrade.mode == UpgradeMode::Stateless {
+            return None;
+        }
+        // the running version, or the suspended one a Resume starts again
+        let old = self
+            .deployed_spec()
+            .or_else(|| self.last_stable().map(|(_, s)| s))?;
+        target.cannot_restore_state_of(&old)
     }
 
     pub(super) fn block(&mut self, s: Stage, reason: &str, why: String) {

@@ -230,13 +230,15 @@ impl Ctx<'_> {
         } else {
             self.latest_state_path()
         };
+        // refused on its face: Planning blocks it next, with no plan pod
+        let refused = self.refused_restore(&spec).is_some();
         let kind = if shadow { Shadow } else { InPlace };
         let stage = if mode == UpgradeMode::Stateless {
             Stage {
                 kind: InPlace,
                 step: Stopped,
             }
-        } else if plan_from.is_some() {
+        } else if plan_from.is_some() || refused {
             Stage {
                 kind,
                 step: Planning,
@@ -275,7 +277,7 @@ impl Ctx<'_> {
             what.clone(),
         ));
         self.ensure_config(hash, &spec);
-        if let (Planning, Some(from)) = (stage.step, plan_from) {
+        if let (Planning, Some(from), false) = (stage.step, plan_from, refused) {
             self.create_plan(hash, &spec, &from);
         }
         let reason = if change == Change::Rescale {

@@ -451,3 +451,84 @@ fn pods_pending_past_the_readiness_timeout_are_reported() {
         d.actions
     );
 }
+
+/// A Flink job's state restores in the same or a newer minor version only: a downgrade is
+/// refused before anything is touched (no plan pod, no savepoint, no pod removed), with the
+/// reason; an upgrade is pre-checked; a stateless downgrade starts without state.
+#[test]
+fn flink_downgrades_are_refused_before_anything_is_touched() {
+    let flink = |version: &str, mode: &str| -> StreamJobSpec {
+        let spec: StreamJobSpec = serde_yaml_ng::from_str(&format!(
+            r#"
+engine: flink
+image: example.com/clicks-flink:{version}
+checkpoints: {{dir: "s3://b/ck/clicks", interval: 1m}}
+savepoints: {{dir: "s3://b/sp/clicks"}}
+upgrade: {{mode: {mode}}}
+flink:
+  version: {version}
+  job: {{entryClass: com.example.Clicks}}
+"#
+        ))
+        .unwrap();
+        spec.validate().unwrap();
+        spec
+    };
+    let running_as = |deployed: &StreamJobSpec| {
+        let mut st = running();
+        st.deployment.as_mut().unwrap().spec_hash = hash(deployed);
+        st.last_stable_spec_hash = Some(hash(deployed));
+        st.last_stable_spec = Some(serde_json::to_string(deployed).unwrap());
+        st
+    };
+    let st = running_as(&flink("2.3.0", "savepoint"));
+    let mut obs = world(10_000);
+    obs.runs_fenced = false;
+    let touches = |d: &Decision| {
+        d.actions.iter().any(|a| {
+            matches!(
+                a,
+                Action::CheckCompatibility { .. }
+                    | Action::TakeSavepoint { .. }
+                    | Action::Remove { .. }
+                    | Action::Deploy(_)
+            )
+        })
+    };
+
+    let older = flink("1.20.0", "savepoint");
+    let d = run(&older, &st, &obs);
+    assert_eq!(stage_of(&d).as_deref(), Some("InPlace/Planning"));
+    assert!(!touches(&d), "{:?}", d.actions);
+    let d = run(&older, &d.status, &obs);
+    assert_eq!(stage_of(&d).as_deref(), Some("InPlace/Blocked"));
+    assert!(!touches(&d), "{:?}", d.actions);
+    let blocked = cond(&d, "UpgradeBlocked");
+    assert_eq!(blocked.status, "True");
+    assert!(
+        blocked
+            .message
+            .contains("spec.flink.version 1.20.0 is older than the running job's 2.3.0"),
+        "{}",
+        blocked.message
+    );
+
+    // a patch-level change and an upgrade are pre-checked as usual
+    for (from, to) in [("2.3.0", "2.3.1"), ("1.20.0", "2.3.0")] {
+        let d = run(
+            &flink(to, "savepoint"),
+            &running_as(&flink(from, "savepoint")),
+            &obs,
+        );
+        assert!(
+            d.actions
+                .iter()
+                .any(|a| matches!(a, Action::CheckCompatibility { .. })),
+            "{:?}",
+            d.actions
+        );
+    }
+    // without state, any version starts
+    let d = run(&flink("1.20.0", "stateless"), &st, &obs);
+    assert_eq!(stage_of(&d).as_deref(), Some("InPlace/Stopped"));
+}
