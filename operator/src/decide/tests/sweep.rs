@@ -3,27 +3,9 @@
 use super::*;
 
 fn all_stages() -> Vec<Option<Stage>> {
-    let kinds = [
-        Kind::InPlace,
-        Kind::Shadow,
-        Kind::Suspend,
-        Kind::Resume,
-        Kind::Rollback,
-    ];
-    let steps = [
-        Step::Planning,
-        Step::Blocked,
-        Step::StartingStandby,
-        Step::Savepointing,
-        Step::Stopped,
-        Step::Restoring,
-        Step::RolledBack,
-        Step::Aborted,
-        Step::Suspended,
-    ];
     let mut v = vec![None];
-    for k in kinds {
-        for s in steps {
+    for k in Kind::ALL {
+        for s in Step::ALL {
             let stage = Stage { kind: k, step: s };
             // Only the stages the machine can reach.
             let reachable =
