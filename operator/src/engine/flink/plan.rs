@@ -144,10 +144,17 @@ pub fn check_request(spec: &StreamJobSpec, from: &str) -> Result<CheckRequest, F
         args: flink.job.args.clone(),
         parallelism: spec.parallelism,
         allow_non_restored_state: spec.upgrade.allow_non_restored_state,
-        conf: vec![(
-            "pipeline.max-parallelism".to_string(),
-            spec.max_parallelism.to_string(),
-        )],
+        // the job's own configuration (its state backend decides how state restores), then
+        // what the operator owns
+        conf: flink
+            .flink_configuration
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .chain([(
+                "pipeline.max-parallelism".to_string(),
+                spec.max_parallelism.to_string(),
+            )])
+            .collect(),
     })
 }
 
@@ -531,7 +538,8 @@ flink:
             c.args.as_ref().unwrap().join(" "),
             "/opt/streamjob/checker/flink-check --savepoint file:///sp/1 --parallelism 3 \
              --class com.example.Clicks --allow-non-restored-state \
-             --conf pipeline.max-parallelism=128 -- --out file:///data/out"
+             --conf state.backend.type=rocksdb --conf pipeline.max-parallelism=128 \
+             -- --out file:///data/out"
         );
         assert_eq!(pod.metadata.labels.unwrap()["streamjob.io/role"], "plan");
         assert_eq!(ps.security_context.unwrap().run_as_non_root, Some(true));

@@ -53,7 +53,8 @@ pub struct CheckRequest {
     pub args: Vec<String>,
     pub parallelism: u32,
     pub allow_non_restored_state: bool,
-    /// Flink configuration the job graph is built with (`pipeline.max-parallelism` matters).
+    /// Flink configuration the job graph is built and its state restored with: the job's
+    /// `flinkConfiguration` (its state backend) and `pipeline.max-parallelism`.
     pub conf: Vec<(String, String)>,
 }
 

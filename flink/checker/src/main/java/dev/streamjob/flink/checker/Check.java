@@ -20,14 +20,19 @@ import org.apache.flink.streaming.api.graph.StreamGraph;
 import org.apache.flink.streaming.api.graph.StreamGraphHasherV2;
 import org.apache.flink.streaming.api.graph.StreamNode;
 
+import dev.streamjob.flink.checker.state.Row;
+import dev.streamjob.flink.checker.state.StateProbe;
+
 import java.io.File;
 import java.io.PrintStream;
 import java.lang.reflect.Method;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.Set;
 
 /**
  * The savepoint pre-check: can the new job (its jar, entry class, arguments, parallelism and
@@ -39,6 +44,11 @@ import java.util.Optional;
  * operator with state must map to an operator of the new graph (unless
  * --allow-non-restored-state), and an explicitly set max parallelism must be equal. It runs on
  * the target version's jars, so "can 1.20 read this 2.3 savepoint" is answered by 1.20's code.
+ *
+ * <p>When the structure fits, every operator's state is then restored as Flink's restore would
+ * restore it and the new job's operators register their state against it ({@link StateProbe}):
+ * a state whose type, kind or serializer Flink would refuse makes the verdict incompatible,
+ * naming the operator's uid, the state and Flink's own reason.
  *
  * <p>The verdict is one JSON line on stdout (the last line; the user's main() may print before
  * it). Exit status: 0 compatible, 3 incompatible, 2 the check itself failed (unreadable jar or
@@ -126,13 +136,17 @@ public final class Check {
         }
         PackagedProgram program = builder.build();
         Map<OperatorID, NewOperator> newOperators = new LinkedHashMap<>();
+        Map<Integer, String> uidByNode = new LinkedHashMap<>();
+        Set<Integer> sourceOrSinkNodes = new LinkedHashSet<>();
+        JobGraph jobGraph;
         try {
             Pipeline pipeline = PackagedProgramUtils.getPipelineFromProgram(program, conf, args.parallelism, true);
-            Map<Integer, String> uidByNode = new LinkedHashMap<>();
             Map<Integer, String> nameByNode = new LinkedHashMap<>();
             Map<OperatorID, Integer> nodeById = new LinkedHashMap<>();
             if (pipeline instanceof StreamGraph) {
                 StreamGraph streamGraph = (StreamGraph) pipeline;
+                sourceOrSinkNodes.addAll(streamGraph.getSourceIDs());
+                sourceOrSinkNodes.addAll(streamGraph.getSinkIDs());
                 Map<Integer, byte[]> hashes = new StreamGraphHasherV2().traverseStreamGraphAndGenerateHashes(streamGraph);
                 for (StreamNode node : streamGraph.getStreamNodes()) {
                     uidByNode.put(node.getId(), node.getTransformationUID());
@@ -143,7 +157,7 @@ public final class Check {
                     }
                 }
             }
-            JobGraph jobGraph = FlinkPipelineTranslationUtil.getJobGraph(
+            jobGraph = FlinkPipelineTranslationUtil.getJobGraph(
                     program.getUserCodeClassLoader(), pipeline, conf, args.parallelism);
             for (JobVertex vertex : jobGraph.getVertices()) {
                 for (OperatorIDPair pair : vertex.getOperatorIDs()) {
@@ -166,7 +180,26 @@ public final class Check {
         }
         verdict.newOperators.addAll(newOperators.values());
         try {
-            checkSavepoint(args, verdict, newOperators, program.getUserCodeClassLoader());
+            CheckpointMetadata metadata = SavepointLoader.loadSavepointMetadata(args.savepoint);
+            checkSavepoint(args, verdict, metadata, newOperators, program.getUserCodeClassLoader());
+            // 5. Only a savepoint whose structure fits is restored state by state.
+            if (verdict.compatible()) {
+                StateProbe probe = StateProbe.run(jobGraph, uidByNode, sourceOrSinkNodes, metadata, conf,
+                        program.getUserCodeClassLoader(), false);
+                verdict.stateRows.addAll(probe.rows);
+                for (Row row : probe.rows) {
+                    if (row.verdict == Row.Verdict.INCOMPATIBLE) {
+                        verdict.problem(null, row.uid, "state-incompatible", stateName(row) + ": " + row.reason
+                                + "; Flink would fail restoring it after the old job is gone");
+                    } else if (row.verdict == Row.Verdict.LEFT_BEHIND && !args.allowNonRestoredState
+                            && !probe.undecided.containsKey(row.uid)) {
+                        // Flink drops it without a word: refused like a removed operator's state
+                        verdict.problem(null, row.uid, "state-left-behind", stateName(row)
+                                + " is in the savepoint, but the new operator does not register it when it starts"
+                                + " (renamed or removed; Flink would drop it silently); set allowNonRestoredState to drop it");
+                    }
+                }
+            }
         } finally {
             program.close();
         }
@@ -174,10 +207,8 @@ public final class Check {
     }
 
     /** Step 3: the savepoint's operators against the new graph, as Flink's restore maps them. */
-    static void checkSavepoint(Args args, Verdict verdict, Map<OperatorID, NewOperator> newOperators,
-            ClassLoader userClassLoader) throws Exception {
-
-        CheckpointMetadata metadata = SavepointLoader.loadSavepointMetadata(args.savepoint);
+    static void checkSavepoint(Args args, Verdict verdict, CheckpointMetadata metadata,
+            Map<OperatorID, NewOperator> newOperators, ClassLoader userClassLoader) throws Exception {
         for (OperatorState state : metadata.getOperatorStates()) {
             verdict.savepointOperators++;
             OperatorID id = state.getOperatorID();
@@ -224,6 +255,20 @@ public final class Check {
                                 + " allowNonRestoredState to drop that state");
             }
         }
+    }
+
+    /** {@code state "count" (VALUE)}, {@code the key}, or the probe's own label in parentheses. */
+    static String stateName(Row row) {
+        if ("(key)".equals(row.state)) {
+            return "the key";
+        }
+        if ("(restore)".equals(row.state)) {
+            return "restoring its saved state";
+        }
+        if (row.state.startsWith("(")) {
+            return row.state.substring(1, row.state.length() - 1);
+        }
+        return "state \"" + row.state + "\" (" + row.kind + ")";
     }
 
     /** Sink V2's committer operator: Flink names its uid "Sink Committer: <sink uid>". */
@@ -305,6 +350,8 @@ public final class Check {
         final List<String[]> notRestored = new ArrayList<>();
         /** (operator id, uid, state names) of every restored operator with state. */
         final List<Object[]> states = new ArrayList<>();
+        /** Every saved or registered state, with what Flink's restore would do with it. */
+        final List<Row> stateRows = new ArrayList<>();
 
         Verdict(String flinkVersion, String savepoint) {
             this.flinkVersion = flinkVersion;
@@ -343,6 +390,12 @@ public final class Check {
                     j.value(name.toString());
                 }
                 j.closeArray().close();
+            }
+            j.closeArray();
+            j.key("stateVerdicts").openArray();
+            for (Row r : stateRows) {
+                j.open().field("uid", r.uid).field("state", r.state).field("kind", r.kind)
+                        .field("verdict", r.verdict.name()).field("reason", r.reason).close();
             }
             j.closeArray();
             j.key("operators").openArray();

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The agreement matrix for one Flink version: builds the probe and the test job jars, takes a
-# savepoint of version A (job-base.jar, --variant base) on a local MiniCluster, then for every
-# changed version B runs the probe (prediction) and Flink's real restore (local MiniCluster,
-# restart strategy none, until the first completed checkpoint or the job's failure).
+# The agreement matrix for one Flink version: builds the pre-check (flink/build.sh) and the test
+# job jars, takes a savepoint of version A (job-base.jar, --variant base) on a local MiniCluster,
+# then for every changed version B runs the pre-check (its verdict: the prediction) and Flink's
+# real restore (local MiniCluster, restart strategy none, until the first completed checkpoint or
+# the job's failure). `python3 agreement.py runs/<dir>` prints the table.
 #   bash run-matrix.sh <flink version: 1.20.0 | 2.3.0> [backend: hashmap (default) | rocksdb]
 # Writes runs/<version>[-<backend>][-<A variant>]/cases/<case>/{probe,restore}.txt and .../matrix.tsv.
 # Env: CASES="name:variant ..." (default: the full list below), A_VARIANT (version A's variant,
-# default base), A_FORMAT (CANONICAL default, or NATIVE), PROBE_OPTS (e.g. --all-key-groups), EXTRA_CP (e.g. the RocksDB backend's jars).
+# default base), A_FORMAT (CANONICAL default, or NATIVE), EXTRA_CP (e.g. the RocksDB backend's jars).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"; source jvm-opts.sh
@@ -16,7 +17,7 @@ CP="$F/lib/*"
 [ -n "${EXTRA_CP:-}" ] && CP="$CP:$EXTRA_CP"
 runs="runs/$v"; [ "$backend" != hashmap ] && runs="$runs-$backend"
 avariant="${A_VARIANT:-base}"; [ "$avariant" != base ] && runs="$runs-$avariant"
-bash prototype/build.sh "$F" "out/$v/state-probe.jar"
+bash ../build.sh "$F"
 bash testjob/build.sh "$F" "out/$v"
 mkdir -p "$runs"
 if [ ! -f "$runs/savepoint.txt" ]; then
@@ -33,13 +34,13 @@ for c in $cases; do
   case "$name" in pojo-added) jar=job-added.jar;; pojo-removed) jar=job-removed.jar;; pojo-retyped) jar=job-retyped.jar;; *) jar=job-base.jar;; esac
   d="$runs/cases/$name"; rm -rf "$d"; mkdir -p "$d"
   start=$(date +%s.%N)
-  nice -n 19 java "${JVM_OPTS[@]}" -Xmx512m -cp "$CP:out/$v/state-probe.jar" dev.streamjob.precheck34.StateProbe \
-    --savepoint "$sp" --jar "out/$v/$jar" --parallelism 2 --conf "state.backend.type=$backend" ${PROBE_OPTS:-} -- --variant "$variant" >"$d/probe.txt" 2>"$d/probe-err.txt"
-  echo "probe seconds: $(echo "$(date +%s.%N) - $start" | bc)" >>"$d/probe.txt"
+  nice -n 19 java "${JVM_OPTS[@]}" -Xmx512m -cp "$CP:$F/checker/*" dev.streamjob.flink.checker.Check \
+    --savepoint "$sp" --jar "out/$v/$jar" --parallelism 2 --conf "state.backend.type=$backend" -- --variant "$variant" >"$d/verdict.json" 2>"$d/check-err.txt"
+  echo "$(echo "$(date +%s.%N) - $start" | bc)" >"$d/check-seconds.txt"
   nice -n 19 java "${JVM_OPTS[@]}" -Xmx600m -cp "$CP:out/$v/$jar" dev.streamjob.precheck34.job.StateJob \
     --mode restore --savepoint "$sp" --dir "$PWD/$d" --timeout 90 --variant "$variant" --backend "$backend" >"$d/restore.txt" 2>"$d/restore-err.txt"
   flink="$(grep -m1 '^RESULT' "$d/restore.txt" | sed 's/@[0-9a-f]\{4,\}//g')"
-  probe="$(grep -m1 '^PREDICTION\|^ERROR' "$d/probe.txt")"
+  probe="$(python3 "$here/agreement.py" --prediction "$d/verdict.json")"
   printf '%s\t%s\t%s\n' "$name" "$flink" "$probe" >>"$runs/matrix.tsv"
   echo "$name | $flink | $probe"
 done
