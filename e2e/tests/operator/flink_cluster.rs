@@ -5,8 +5,8 @@
 //! Pod Security Standard. One job per version goes through everything a Flink user does to a job:
 //! a savepoint by nonce, suspend and resume, an image bump upgraded in place while the operator
 //! is SIGKILLed at every step, a parallelism change, a broken build rolled back, pre-check refusals with the running job
-//! untouched (a removed stateful uid, a changed max parallelism, a savepoint of the other Flink
-//! version, a state whose class the new image no longer has), a removed uid let through by
+//! untouched (a removed stateful uid, a changed max parallelism, a state retyped, a state
+//! renamed, a downgrade, a state whose class the new image no longer has), a removed uid let through by
 //! allowNonRestoredState, then the job runs to its end and
 //! every number is in exactly one committed line with each key's running counts exactly
 //! 1..=N (no state lost or replayed across the six runs).
@@ -48,6 +48,8 @@ struct FlinkJob {
     allow_non_restored_state: bool,
     /// A broken build: every record fails the job (`--fail true`).
     fail: bool,
+    /// The counter's state: `long` (as saved), `string` (retyped) or `renamed`.
+    count_state: &'static str,
     suspended: bool,
     nonce: Option<i64>,
 }
@@ -69,6 +71,9 @@ impl FlinkJob {
         }
         if self.fail {
             extra.extend(["--fail".into(), "true".into()]);
+        }
+        if self.count_state != "long" {
+            extra.extend(["--count-state".into(), self.count_state.into()]);
         }
         if let Some(m) = self.max_parallelism {
             extra.extend(["--max-parallelism".into(), m.to_string()]);
@@ -421,6 +426,7 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
         rate: RATE,
         audit: true,
         audit_type: "tally",
+        count_state: "long",
         max_parallelism: None,
         allow_non_restored_state: false,
         fail: false,
@@ -820,6 +826,28 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
     let mut change = job.clone();
     change.max_parallelism = Some(256);
     refused(&ctx, &change, "max parallelism", &running).await;
+    // the count's state retyped Long -> String: Flink's restore would refuse the new serializer
+    // (StateMigrationException, measured in flink/state-matrix); the pre-check restores the
+    // saved state and lets the new operator register its own, as Flink does
+    let mut change = job.clone();
+    change.count_state = "string";
+    refused(
+        &ctx,
+        &change,
+        "operator uid \"counter\": state \"count\" (VALUE): StateMigrationException",
+        &running,
+    )
+    .await;
+    // renamed: Flink would restore and drop the old count without a word; refused, naming it
+    let mut change = job.clone();
+    change.count_state = "renamed";
+    refused(
+        &ctx,
+        &change,
+        "state \"count\" (VALUE) is in the savepoint, but the new operator does not register it",
+        &running,
+    )
+    .await;
     let mut change = job.clone();
     change.version = other_version.into();
     refused(&ctx, &change, other_refusal, &running).await;
@@ -928,4 +956,69 @@ async fn v_flink_1_20_job_through_the_operator() {
 async fn w_flink_2_3_job_through_the_operator() {
     flink_job_through_the_operator("2.3.0", "1.20.0", "is older than the running job's 2.3.0")
         .await;
+}
+
+/// Cases of `flink/state-matrix` CI runs (the full suite runs all 15 on both versions): no
+/// change, a value state and the key retyped, a state renamed, broadcast state retyped.
+const QUICK_STATE_CASES: &str = "base:base count-int:count-int key-string:key-string \
+    count-renamed:count-renamed broadcast-string:broadcast-string";
+
+/// The pre-check against Flink's own restore (`flink/state-matrix/run-matrix.sh`): a savepoint
+/// of a stateful job (keyed value, map and list state, a POJO, a window, operator and broadcast
+/// state), then for every changed version the checker's verdict and Flink's real restore of the
+/// same savepoint (a local MiniCluster, until the first checkpoint or the job's failure). They
+/// must agree on every case, the checker's reason holding Flink's own exception text; a renamed
+/// state, which Flink restores and drops, the checker refuses on purpose (counted as "restores").
+async fn state_matrix(version: &str, cases: Option<&str>) {
+    let env = env().await;
+    let runs = env.run_dir.join("state-matrix");
+    std::fs::create_dir_all(&runs).unwrap();
+    let root = streamjob_e2e::fixtures::repo_root();
+    let mut run = std::process::Command::new("bash");
+    run.arg(root.join("flink/state-matrix/run-matrix.sh"))
+        .arg(version)
+        .env("RUNS_DIR", &runs);
+    if let Some(cases) = cases {
+        run.env("CASES", cases);
+    }
+    let status = run.status().expect("run-matrix.sh");
+    assert!(status.success(), "run-matrix.sh {version}: {status}");
+    let out = std::process::Command::new("python3")
+        .arg(root.join("flink/state-matrix/agreement.py"))
+        .arg(runs.join(version))
+        .output()
+        .expect("agreement.py");
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    println!("{table}");
+    let summary = table
+        .lines()
+        .find(|l| l.starts_with("outcome agreement "))
+        .unwrap_or_else(|| panic!("no summary in {table}"));
+    // "outcome agreement 5/5, identical exception (or both OK) 5/5"
+    let fractions: Vec<(u32, u32)> = summary
+        .split(' ')
+        .filter_map(|w| {
+            let (a, b) = w.trim_end_matches(',').split_once('/')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(fractions.len(), 2, "{summary}");
+    assert!(fractions[0].1 >= 5, "too few cases ran: {summary}");
+    for (agree, all) in fractions {
+        assert_eq!(agree, all, "the pre-check and Flink's restore disagree: {summary}\n{table}");
+    }
+}
+
+/// wm. The state matrix on Flink 2.3 (five cases in CI, every case with the full suite).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wm_flink_2_3_state_matrix_agrees_with_flinks_restore() {
+    let full = std::env::args().any(|a| a == "--include-ignored" || a == "--ignored");
+    state_matrix("2.3.0", (!full).then_some(QUICK_STATE_CASES)).await;
+}
+
+/// vm. The state matrix on Flink 1.20, every case (full suite).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "full suite"]
+async fn vm_flink_1_20_state_matrix_agrees_with_flinks_restore() {
+    state_matrix("1.20.0", None).await;
 }

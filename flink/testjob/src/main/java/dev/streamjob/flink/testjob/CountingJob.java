@@ -31,7 +31,10 @@ import java.util.Map;
  * orphans the count state), max-parallelism (unset by default), source-uid ("numbers"),
  * audit-uid (unset: no audit; set: a stateful pass-through operator with that uid, which a later
  * revision can drop), audit-type ("long": its state a Long; "tally": an {@link AuditTally} POJO),
- * fail ("true": every record throws, a build that never checkpoints), leak-file (unset by default:
+ * count-state ("long", the default: the counter's state "count" a Long; "string": the same state
+ * retyped to a String, which Flink's restore refuses; "renamed": a Long under the name "total",
+ * which Flink restores and drops the old count), fail ("true": every record throws, a build that
+ * never checkpoints), leak-file (unset by default:
  * a path on the TaskManager's own disk; once it exists, the throttle allocates native memory
  * without bound, as a leaking native library or an unbounded RocksDB would, until the kernel
  * kills the TaskManager for its container's memory limit).
@@ -63,7 +66,8 @@ public final class CountingJob {
         }
         DataStream<String> lines = throttled
                 .keyBy(n -> n % keys)
-                .process(new RunningCount(revision, Boolean.parseBoolean(args.getOrDefault("fail", "false"))))
+                .process(new RunningCount(revision, Boolean.parseBoolean(args.getOrDefault("fail", "false")),
+                        args.getOrDefault("count-state", "long")))
                 .uid(args.getOrDefault("counter-uid", "counter"))
                 .name("counter");
         // Roll on every checkpoint, so a checkpoint commits every line written before it.
@@ -178,16 +182,25 @@ public final class CountingJob {
         private final String revision;
         /** A broken build: every record fails it, before its first checkpoint. */
         private final boolean fail;
+        /** How the count is kept: "long", "string" (retyped) or "renamed" (see the class comment). */
+        private final String countState;
         private transient ValueState<Long> count;
+        private transient ValueState<String> countText;
 
-        RunningCount(String revision, boolean fail) {
+        RunningCount(String revision, boolean fail, String countState) {
             this.revision = revision;
             this.fail = fail;
+            this.countState = countState;
         }
 
         @Override
         public void open(OpenContext context) {
-            count = getRuntimeContext().getState(new ValueStateDescriptor<>("count", Types.LONG));
+            if ("string".equals(countState)) {
+                countText = getRuntimeContext().getState(new ValueStateDescriptor<>("count", Types.STRING));
+            } else {
+                String name = "renamed".equals(countState) ? "total" : "count";
+                count = getRuntimeContext().getState(new ValueStateDescriptor<>(name, Types.LONG));
+            }
         }
 
         @Override
@@ -195,9 +208,16 @@ public final class CountingJob {
             if (fail) {
                 throw new IllegalStateException("revision " + revision + " is broken (--fail true)");
             }
-            Long current = count.value();
-            long next = (current == null ? 0 : current) + 1;
-            count.update(next);
+            long next;
+            if (countText != null) {
+                String current = countText.value();
+                next = (current == null ? 0 : Long.parseLong(current)) + 1;
+                countText.update(Long.toString(next));
+            } else {
+                Long current = count.value();
+                next = (current == null ? 0 : current) + 1;
+                count.update(next);
+            }
             out.collect(ctx.getCurrentKey() + "," + value + "," + next + "," + revision);
         }
     }
