@@ -1005,7 +1005,10 @@ async fn state_matrix(version: &str, cases: Option<&str>) {
     assert_eq!(fractions.len(), 2, "{summary}");
     assert!(fractions[0].1 >= 5, "too few cases ran: {summary}");
     for (agree, all) in fractions {
-        assert_eq!(agree, all, "the pre-check and Flink's restore disagree: {summary}\n{table}");
+        assert_eq!(
+            agree, all,
+            "the pre-check and Flink's restore disagree: {summary}\n{table}"
+        );
     }
 }
 
