@@ -85,6 +85,22 @@ impl PlanReport {
         out
     }
 
+    /// What the restore drops (rows `dropped`: in the snapshot, not used by the new job), one
+    /// line each: `uid: reason`, or the uid alone.
+    pub fn dropped(&self) -> Vec<String> {
+        self.operators
+            .iter()
+            .filter(|o| o.status == OperatorStatus::Dropped)
+            .map(|o| {
+                if o.reason.is_empty() {
+                    format!("uid {}", o.uid)
+                } else {
+                    format!("uid {}: {}", o.uid, o.reason)
+                }
+            })
+            .collect()
+    }
+
     /// The last line of `text` (a termination message or a log tail) that is a plan report.
     pub fn find_in(text: &str) -> Option<Self> {
         text.lines()

@@ -1583,6 +1583,30 @@ pub struct StreamJobStatus {
     pub selector: Option<String>,
 }
 
+impl StreamJobStatus {
+    /// The newest state recorded for the job: its latest checkpoint or its latest savepoint,
+    /// whichever the operator saw complete last, else what the deployed run started from. What a
+    /// change keeping state without a savepoint (last-state) is pre-checked against and restores:
+    /// a run that has not checkpointed since it started from a savepoint restores that savepoint,
+    /// not an older checkpoint of the run before it (whose output since would be written again).
+    pub fn latest_state_path(&self) -> Option<String> {
+        let checkpoint = self
+            .last_checkpoint
+            .as_ref()
+            .and_then(|c| Some((c.time, c.path.clone()?)));
+        let savepoint = self
+            .last_savepoint
+            .as_ref()
+            .map(|s| (s.time, s.path.clone()));
+        match (checkpoint, savepoint) {
+            (Some(c), Some(s)) => Some(if s.0 > c.0 { s.1 } else { c.1 }),
+            (Some(c), None) => Some(c.1),
+            (None, Some(s)) => Some(s.1),
+            (None, None) => self.deployment.as_ref().and_then(|d| d.path.clone()),
+        }
+    }
+}
+
 /// Throughput of the running version, as its runtime reports it.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -1629,6 +1653,10 @@ pub struct DeploymentStatus {
     /// When it was deployed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<DateTime<Utc>>,
+    /// State of what it restored that it does not use, dropped by the restore under
+    /// `allowNonRestoredState` (one line per operator or state, by uid and name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_state: Vec<String>,
 }
 
 /// What a deployment started from.
@@ -1719,4 +1747,8 @@ pub struct UpgradeStatus {
     /// Details of the current step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// What the pre-check found the new version would drop from the state it restores
+    /// (`allowNonRestoredState`): copied into `deployment.droppedState` when it is deployed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_state: Vec<String>,
 }

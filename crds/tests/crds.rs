@@ -346,3 +346,47 @@ fn deployment_hash_ignores_operator_only_fields() {
         flink_base
     );
 }
+
+#[test]
+fn the_latest_state_is_the_newer_of_checkpoint_and_savepoint() {
+    use streamjob_crds::v1alpha1::{
+        CheckpointInfo, DeploymentStatus, SavepointInfo, StartedFrom, StreamJobStatus,
+    };
+    let at = |s: i64| chrono::DateTime::from_timestamp(s, 0);
+    let checkpoint = |s| CheckpointInfo {
+        id: 7,
+        path: Some("s3://b/ck/0001/chk-7".into()),
+        time: at(s),
+    };
+    let savepoint = |s| SavepointInfo {
+        path: "s3://b/sp/savepoint-1".into(),
+        time: at(s),
+        ..Default::default()
+    };
+    let mut st = StreamJobStatus {
+        deployment: Some(DeploymentStatus {
+            started_from: StartedFrom::Savepoint,
+            path: Some("s3://b/sp/savepoint-0".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        st.latest_state_path().as_deref(),
+        Some("s3://b/sp/savepoint-0"),
+        "nothing recorded since: where the run started"
+    );
+    st.last_checkpoint = Some(checkpoint(100));
+    st.last_savepoint = Some(savepoint(200));
+    // a run restored from the savepoint that has not checkpointed since restores the
+    // savepoint, not the older checkpoint of the run before it
+    assert_eq!(
+        st.latest_state_path().as_deref(),
+        Some("s3://b/sp/savepoint-1")
+    );
+    st.last_checkpoint = Some(checkpoint(300));
+    assert_eq!(
+        st.latest_state_path().as_deref(),
+        Some("s3://b/ck/0001/chk-7")
+    );
+}

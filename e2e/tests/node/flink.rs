@@ -9,8 +9,11 @@
 //! deleted (the operator's pod right after) and the one made again resuming from the newest
 //! checkpoint on MinIO; then an image bump in place: the check pod's init container copies the
 //! checker from the flink-checker image and the checker reads the S3 savepoint with the job's
-//! plugins. Every number in exactly one committed line, each key's running count exactly 1..=N
-//! across both images.
+//! plugins; then the new version hits a bad record and crash-loops (no savepoint can be taken),
+//! and its fix is applied with `last-state`: an incompatible one refused by the pre-check against
+//! the latest checkpoint, the good one restored from the newest checkpoint on MinIO
+//! ([`last_state`]). Every number in exactly one committed line, each key's running count
+//! exactly 1..=N across the three revisions.
 
 use std::collections::BTreeMap;
 
@@ -19,28 +22,33 @@ use streamjob_operator::engine::flink::plan::job_id;
 
 use super::*;
 
+#[path = "flink/last_state.rs"]
+mod last_state;
+
 const RECORDS: u64 = 32_000;
 const KEYS: u64 = 8;
 const FLINK_TIMEOUT: Duration = Duration::from_secs(180);
 /// Once this file exists in a TaskManager's container, the test job's throttle there leaks
 /// native memory until the kernel kills the TaskManager (`--leak-file`).
 const LEAK_FILE: &str = "/tmp/streamjob-leak";
+/// Once this file exists in a TaskManager's container, every record through the test job's
+/// throttle there fails (`--poison-file`): the job restarts again and again.
+const POISON_FILE: &str = "/tmp/streamjob-poison";
 
 /// The StreamJob: `tag` of the test job's image, `revision` written into every line, `rate`
-/// records per second per source subtask (0: run out), `nonce` a savepoint request, `extra` more
-/// arguments of the test job.
+/// records per second per source subtask (0: run out), `nonce` a savepoint request, `mode` its
+/// upgrade mode, `extra` more arguments of the test job.
 fn manifest(
     job: &Job,
     (tag, revision): (&str, &str),
-    rate: u32,
-    nonce: i64,
+    (rate, nonce, mode): (u32, i64, &str),
     s3: &str,
     extra: &[&str],
 ) -> String {
     // the test job's image tags are `<Flink version>` and `<Flink version>-r2`
     let version = tag.split('-').next().unwrap_or(tag);
     let root = format!("s3://{}/flink", job.bucket);
-    let extra: Vec<&str> = ["--leak-file", LEAK_FILE]
+    let extra: Vec<&str> = ["--leak-file", LEAK_FILE, "--poison-file", POISON_FILE]
         .into_iter()
         .chain(extra.iter().copied())
         .collect();
@@ -72,7 +80,7 @@ fn manifest(
                 "allowHttp": true,
                 "credentialsSecret": {"name": SECRET},
             }},
-            "upgrade": {"mode": "savepoint", "readinessTimeout": "3m"},
+            "upgrade": {"mode": mode, "readinessTimeout": "3m"},
             // the official images' way to enable an optional plugin of opt/
             "podTemplate": {"spec": {"containers": [{
                 "name": "flink-main-container",
@@ -189,6 +197,31 @@ async fn newest_checkpoint(env: &TestEnv, job: &Job, jm: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `file` created in a running TaskManager's container (one of the test job's triggers, which
+/// its operators there look for); that TaskManager's pod.
+async fn touch_in_a_task_manager(env: &TestEnv, job: &Job, file: &str) -> Pod {
+    let tm = pods_with_role(env, job, "worker")
+        .await
+        .into_iter()
+        .find(running)
+        .expect("a running TaskManager");
+    let tm_name = tm.metadata.name.clone().expect("TaskManager name");
+    let touch = [
+        "exec",
+        "-n",
+        &job.ns,
+        &tm_name,
+        "-c",
+        "taskmanager",
+        "--",
+        "touch",
+        file,
+    ];
+    env.kubectl_ok(&touch, None)
+        .unwrap_or_else(|e| panic!("kubectl exec: touch {file} in {tm_name}: {e}"));
+    tm
+}
+
 /// A TaskManager OOM-killed by its container's memory limit: the test job's throttle on it
 /// allocates native memory once [`LEAK_FILE`] exists there, outside every limit the JVM knows,
 /// so only the kernel stops it (`OOMKilled`, exit 137; the pod Failed, as TaskManagers never
@@ -197,30 +230,11 @@ async fn newest_checkpoint(env: &TestEnv, job: &Job, jm: &str) -> u64 {
 /// Deployment makes again finishes the recovery. Flink restarts the job from its latest
 /// checkpoint on the new TaskManager (exactly once: checked at the end of the test).
 async fn oom_kill_a_task_manager(env: &'static TestEnv, job: &Job) {
-    let tm = pods_with_role(env, job, "worker")
-        .await
-        .into_iter()
-        .find(running)
-        .expect("a running TaskManager");
-    let tm_name = tm.metadata.name.clone().expect("TaskManager name");
     let jm = pods_with_role(env, job, "runtime").await;
     let jm_name = jm[0].metadata.name.clone().expect("JobManager name");
     let t0 = Instant::now();
-    env.kubectl_ok(
-        &[
-            "exec",
-            "-n",
-            &job.ns,
-            &tm_name,
-            "-c",
-            "taskmanager",
-            "--",
-            "touch",
-            LEAK_FILE,
-        ],
-        None,
-    )
-    .expect("kubectl exec: the leak file");
+    let tm = touch_in_a_task_manager(env, job, LEAK_FILE).await;
+    let tm_name = tm.metadata.name.clone().expect("TaskManager name");
     let pods: Api<Pod> = Api::namespaced(env.client().await.unwrap(), &job.ns);
     let exit = poll_until(
         "the TaskManager's container OOMKilled",
@@ -299,10 +313,29 @@ async fn flink_job_on_the_real_node(version: &str) {
     operator(env).await;
     let job = new_job(env, "flink").await;
     let s3 = env.s3().url.clone();
+    let apply_in = |mode: &str, (tag, revision): (&str, &str), rate: u32, extra: &[&str]| {
+        env.kubectl_ok(
+            &["apply", "-f", "-"],
+            Some(&manifest(
+                &job,
+                (tag, revision),
+                (rate, 1, mode),
+                &s3,
+                extra,
+            )),
+        )
+        .expect("kubectl apply StreamJob");
+    };
     let apply_with = |tag: &str, revision: &str, rate: u32, nonce: i64, extra: &[&str]| {
         env.kubectl_ok(
             &["apply", "-f", "-"],
-            Some(&manifest(&job, (tag, revision), rate, nonce, &s3, extra)),
+            Some(&manifest(
+                &job,
+                (tag, revision),
+                (rate, nonce, "savepoint"),
+                &s3,
+                extra,
+            )),
         )
         .expect("kubectl apply StreamJob");
     };
@@ -509,11 +542,13 @@ async fn flink_job_on_the_real_node(version: &str) {
     );
 
     // an image bump in place: the check pod (init container from the flink-checker image) reads
-    // the S3 savepoint, then the job moves to the new image and runs out
+    // the S3 savepoint, then the job moves to the new image (at the same rate: it must not run
+    // out before it is poisoned below)
     let t_bump = Instant::now();
-    apply(&format!("{version}-r2"), "2", 200, 1);
+    let r2 = format!("{version}-r2");
+    apply(&r2, "2", 80, 1);
     let checked = std::sync::atomic::AtomicBool::new(false);
-    poll_until(
+    let second = poll_until(
         "the image bump promoted",
         Duration::from_secs(300),
         Duration::from_millis(250),
@@ -536,7 +571,7 @@ async fn flink_job_on_the_real_node(version: &str) {
                     status(&o)["upgrade"]["message"]
                 )));
             }
-            Ok(promoted(&o, &first).then_some(()))
+            Ok(promoted(&o, &first).then(|| deployed_hash(&o)))
         },
     )
     .await
@@ -546,6 +581,11 @@ async fn flink_job_on_the_real_node(version: &str) {
         checked.load(std::sync::atomic::Ordering::Relaxed),
         "a check pod whose init container copied the checker in was seen"
     );
+    // revision 2 crash-loops; its fix is applied with last-state and runs out
+    last_state::fix_a_crash_loop(env, &job, &second, &|mode, revision, rate, extra| {
+        apply_in(mode, (&r2, revision), rate, extra)
+    })
+    .await;
     wait_finished(env, &job).await;
 
     let dir = env.run_dir.join("flink-output").join(&job.ns);
@@ -553,7 +593,7 @@ async fn flink_job_on_the_real_node(version: &str) {
     let revisions: BTreeMap<String, usize> =
         check_counting_output(&dir, RECORDS, KEYS).expect("every number once, counts 1..=N");
     eprintln!("exactly-once: {objects} committed objects, lines per revision {revisions:?}");
-    for r in ["1", "2"] {
+    for r in ["1", "2", "3"] {
         assert!(
             revisions.contains_key(r),
             "revision {r} wrote lines: {revisions:?}"

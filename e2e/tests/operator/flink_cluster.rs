@@ -871,6 +871,21 @@ async fn flink_job_through_the_operator(version: &str, other_version: &str, othe
     job.revision = "3".into();
     job.rate = 0;
     let last = upgraded(&ctx, &job, false).await;
+    // what the restore dropped is named in status (by uid; a 1.x savepoint by operator id)
+    let o = ctx.get().await;
+    let dropped = status(&o)["deployment"]["droppedState"].to_string();
+    let audit_row = if version.starts_with("1.") {
+        format!(
+            "uid {}: no operator of the new job restores it",
+            operator_id("audit")
+        )
+    } else {
+        "uid audit: no operator of the new job restores it".to_string()
+    };
+    assert!(
+        dropped.contains(&audit_row),
+        "status.deployment.droppedState names the audit operator: {dropped}"
+    );
     ctx.wait("Finished", Duration::from_secs(240), |o| {
         phase(o) == "Finished"
     })

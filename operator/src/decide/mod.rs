@@ -410,6 +410,13 @@ impl Ctx<'_> {
             path: from,
             workload: Some(name),
             started_at: Some(self.now),
+            // what the pre-check of this upgrade found it drops (none for a rollback or resume)
+            dropped_state: self
+                .st
+                .upgrade
+                .as_ref()
+                .map(|u| u.dropped_state.clone())
+                .unwrap_or_default(),
         });
     }
 

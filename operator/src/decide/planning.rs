@@ -63,13 +63,29 @@ impl Ctx<'_> {
                     );
                 }
             }
-            Some(PlanResult::Compatible) => {
+            Some(PlanResult::Compatible(dropped)) => {
                 self.delete_pod(&plan);
-                self.note(
-                    false,
-                    "PlanCompatible",
-                    format!("spec {} can restore the job's state", up.to),
-                );
+                if dropped.is_empty() {
+                    self.note(
+                        false,
+                        "PlanCompatible",
+                        format!("spec {} can restore the job's state", up.to),
+                    );
+                } else {
+                    // allowed, but said loudly: Flink drops such state without a word
+                    self.note(
+                        true,
+                        "StateDropped",
+                        format!(
+                            "spec {} can restore the job's state and drops what it no longer uses (allowNonRestoredState): {}",
+                            up.to,
+                            dropped.join("; ")
+                        ),
+                    );
+                }
+                if let Some(u) = self.st.upgrade.as_mut() {
+                    u.dropped_state = dropped;
+                }
                 self.after_plan(s);
             }
             Some(PlanResult::Incompatible(why)) => {

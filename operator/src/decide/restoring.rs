@@ -141,6 +141,7 @@ impl Ctx<'_> {
                     step_started_at: Some(self.now),
                     savepoint: up.savepoint.clone(),
                     message: up.message.clone(),
+                    dropped_state: Vec::new(),
                 });
                 self.deployed = Some(Deployed::Running);
                 self.note(
@@ -171,6 +172,7 @@ impl Ctx<'_> {
                         path: up.savepoint.clone(),
                         workload: Some(watched.to_string()),
                         started_at: up.step_started_at,
+                        dropped_state: up.dropped_state.clone(),
                     });
                 }
                 self.set_last_stable(&up.to, target);

@@ -180,26 +180,12 @@ impl Ctx<'_> {
             step_started_at: Some(self.now),
             savepoint: None,
             message: Some(message),
+            dropped_state: Vec::new(),
         }
     }
 
     pub(super) fn latest_state_path(&self) -> Option<String> {
-        let ck = self
-            .st
-            .last_checkpoint
-            .as_ref()
-            .and_then(|c| Some((c.time, c.path.clone()?)));
-        let sp = self
-            .st
-            .last_savepoint
-            .as_ref()
-            .map(|s| (s.time, s.path.clone()));
-        match (ck, sp) {
-            (Some(c), Some(s)) => Some(if s.0 > c.0 { s.1 } else { c.1 }),
-            (Some(c), None) => Some(c.1),
-            (None, Some(s)) => Some(s.1),
-            (None, None) => self.st.deployment.as_ref().and_then(|d| d.path.clone()),
-        }
+        self.st.latest_state_path()
     }
 
     pub(super) fn begin_change(&mut self, hash: &str, dep: &DeploymentStatus, _healthy: bool) {

@@ -179,7 +179,8 @@ impl Observed {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PlanResult {
     Running,
-    Compatible,
+    /// Restorable; what the restore drops under `allowNonRestoredState`, one line each.
+    Compatible(Vec<String>),
     Incompatible(String),
     /// The new spec itself is wrong (exit 2: manifest, unsupported, a rewind): retrying cannot help.
     Error(String),
@@ -223,7 +224,13 @@ pub fn plan_result(pod: &PodObs) -> PlanResult {
         _ => return PlanResult::Running,
     };
     match code {
-        EXIT_OK => PlanResult::Compatible,
+        EXIT_OK => PlanResult::Compatible(
+            pod.message
+                .as_deref()
+                .and_then(PlanReport::find_in)
+                .map(|r| r.dropped())
+                .unwrap_or_default(),
+        ),
         EXIT_INCOMPATIBLE => {
             let reasons = pod
                 .message

@@ -136,6 +136,7 @@ fn status(epochs: Vec<u64>) -> impl Strategy<Value = StreamJobStatus> {
                         path,
                         workload,
                         started_at,
+                        dropped_state: Vec::new(),
                     }
                 },
             ),
@@ -160,6 +161,7 @@ fn status(epochs: Vec<u64>) -> impl Strategy<Value = StreamJobStatus> {
                         step_started_at,
                         savepoint,
                         message: None,
+                        dropped_state: Vec::new(),
                     }
                 },
             ),

@@ -30,7 +30,7 @@ fn plan_results() {
     let mut p = PodObs::new("p", PodRole::Plan, PodPhase::Running);
     assert_eq!(plan_result(&p), PlanResult::Running);
     p.phase = PodPhase::Succeeded;
-    assert_eq!(plan_result(&p), PlanResult::Compatible);
+    assert_eq!(plan_result(&p), PlanResult::Compatible(Vec::new()));
     p.phase = PodPhase::Failed;
     p.exit_code = Some(3);
     p.message = Some(r#"{"compatible":false,"operators":[{"uid":"a","status":"incompatible","reason":"gone"},{"uid":"b","status":"restored"}]}"#.into());

@@ -75,6 +75,7 @@ fn running() -> StreamJobStatus {
             path: None,
             workload: Some(OLD.into()),
             started_at: Some(t(0)),
+            dropped_state: Vec::new(),
         }),
         last_stable_spec_hash: Some(hash(&spec)),
         last_stable_spec: Some(serde_json::to_string(&spec).unwrap()),
@@ -154,6 +155,7 @@ fn with_upgrade(
         step_started_at: Some(t(100)),
         savepoint: savepoint.map(String::from),
         message: None,
+        dropped_state: Vec::new(),
     });
     s
 }
@@ -558,6 +560,7 @@ fn switched(target: &StreamJobSpec, stage: &str) -> StreamJobStatus {
         path: Some("s3://b/sp/clicks/sp-1".into()),
         workload: Some(NEW.into()),
         started_at: Some(t(200)),
+        dropped_state: Vec::new(),
     });
     s
 }

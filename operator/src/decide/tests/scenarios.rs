@@ -93,6 +93,42 @@ fn blocked_condition_names_the_uid() {
 }
 
 #[test]
+fn state_the_restore_drops_is_named_in_an_event_and_in_status() {
+    let planning = with_upgrade(running(), "InPlace/Planning", &img2(), None);
+    let mut o = world(110);
+    o.pods.push(plan_pod(
+        &planning,
+        PodPhase::Succeeded,
+        Some(0),
+        Some(r#"{"compatible":true,"operators":[{"uid":"audit","status":"dropped","reason":"all of its state"},{"uid":"gen","status":"restored"}]}"#),
+    ));
+    let d = run(&img2(), &planning, &o);
+    assert_eq!(stage_of(&d).as_deref(), Some("InPlace/Savepointing"));
+    let dropped = vec!["uid audit: all of its state".to_string()];
+    assert_eq!(d.status.upgrade.as_ref().unwrap().dropped_state, dropped);
+    let e = d
+        .events
+        .iter()
+        .find(|e| e.reason == "StateDropped")
+        .expect("a StateDropped event");
+    assert!(
+        e.warning && e.message.contains("uid audit: all of its state"),
+        "{}",
+        e.message
+    );
+    // kept through the WAL to the deployment the new version becomes
+    let mut stopped = d.status.clone();
+    let u = stopped.upgrade.as_mut().unwrap();
+    u.step = "InPlace/Stopped".parse().unwrap();
+    u.savepoint = Some("s3://b/sp/clicks/sp-1".into());
+    let mut gone = world(120);
+    drop_pod(&mut gone, OLD);
+    let d = run(&img2(), &stopped, &gone);
+    assert_eq!(stage_of(&d).as_deref(), Some("InPlace/Restoring"));
+    assert_eq!(d.status.deployment.as_ref().unwrap().dropped_state, dropped);
+}
+
+#[test]
 fn rollback_uses_the_same_savepoint_and_last_stable_spec() {
     let restoring = switched(&img2(), "InPlace/Restoring");
     let d = run(

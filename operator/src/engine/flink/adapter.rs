@@ -121,21 +121,15 @@ impl Engine for FlinkEngine {
     }
 
     async fn deploy(&self, job: &JobScope<'_>, run: &RunPlan) -> Result<()> {
-        // A run that keeps the job's state without a savepoint (last-state) restores the latest
-        // checkpoint recorded: a new run is a new Flink job with its own checkpoint folder, so
-        // Flink would not find it by itself. A JobManager made again under the same run looks in
-        // its own folder first (`flink-jobmanager`) and takes this only when it finds nothing.
+        // A run that keeps the job's state without a savepoint (last-state) restores the newest
+        // state recorded (the checkpoint, or the savepoint the run before it started from if it
+        // has not checkpointed since): a new run is a new Flink job with its own checkpoint
+        // folder, so Flink would not find it by itself. `flink-jobmanager` then takes a newer
+        // checkpoint of that run than status recorded, if there is one; a JobManager made again
+        // under the same run looks in its own folder first.
         let from = run.from_savepoint.clone().or_else(|| {
             (!run.fresh && run.spec.upgrade.mode != UpgradeMode::Stateless)
-                .then(|| {
-                    job.job
-                        .status
-                        .as_ref()?
-                        .last_checkpoint
-                        .as_ref()?
-                        .path
-                        .clone()
-                })
+                .then(|| job.job.status.as_ref()?.latest_state_path())
                 .flatten()
         });
         tracing::info!(pod = %run.name, from = ?from, "creating Flink JobManager");

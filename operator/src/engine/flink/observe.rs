@@ -4,7 +4,7 @@
 //! plan report the decision understands.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use streamjob_contract::plan::PlanReport;
+use streamjob_contract::plan::{OperatorReport, OperatorStatus, PlanReport};
 use streamjob_contract::status::{RestoredFrom, RunState, Snapshot};
 
 use super::FlinkEngine;
@@ -147,10 +147,24 @@ pub(super) fn plan_report(message: &str) -> String {
         Ok(()) => (true, Vec::new()),
         Err(why) => (false, vec![why]),
     };
+    // what a compatible restore drops (allowNonRestoredState), named in status and an event
+    let operators = if compatible {
+        verdict
+            .dropped()
+            .into_iter()
+            .map(|(uid, reason)| OperatorReport {
+                uid,
+                status: OperatorStatus::Dropped,
+                reason,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let report = PlanReport {
         compatible,
         path: String::new(),
-        operators: Vec::new(),
+        operators,
         reasons,
         omitted: 0,
     };
@@ -201,7 +215,26 @@ mod tests {
         let mut ok = PodObs::new("p", PodRole::Plan, PodPhase::Succeeded);
         ok.exit_code = Some(0);
         ok.message = Some(plan_report(r#"{"verdict":"compatible"}"#));
-        assert_eq!(plan_result(&ok), PlanResult::Compatible);
+        assert_eq!(plan_result(&ok), PlanResult::Compatible(Vec::new()));
+        // allowNonRestoredState: what the restore drops is named, by uid and state
+        ok.message = Some(plan_report(
+            r#"{"verdict":"compatible","problems":[],"notRestored":[{"operatorId":"b864716503adbe27d91981bb81974494","uid":"audit"}],"droppedStates":[{"uid":"counter","state":"count","kind":"VALUE"}]}"#,
+        ));
+        match plan_result(&ok) {
+            PlanResult::Compatible(dropped) => {
+                assert_eq!(dropped.len(), 2, "{dropped:?}");
+                assert!(
+                    dropped[0].starts_with("uid audit: no operator"),
+                    "{dropped:?}"
+                );
+                assert!(
+                    dropped[1]
+                        .starts_with("uid counter: state \"count\" (VALUE) is not registered"),
+                    "{dropped:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
         let snap = snapshot(
             &CheckpointRef {
                 id: 7,

@@ -98,9 +98,13 @@ pub struct Verdict {
     pub savepoint_operators: u32,
     #[serde(default)]
     pub problems: Vec<Problem>,
-    /// State left behind under `allowNonRestoredState`.
+    /// Operators' state left behind under `allowNonRestoredState` (the operator is gone).
     #[serde(default)]
     pub not_restored: Vec<OperatorRef>,
+    /// States of kept operators that the new operator no longer registers when it starts
+    /// (renamed or removed descriptors): dropped under `allowNonRestoredState`, else a problem.
+    #[serde(default)]
+    pub dropped_states: Vec<DroppedState>,
     /// The new job's operators (kept to name the uids of the next upgrade's savepoint).
     #[serde(default)]
     pub operators: Vec<JobOperator>,
@@ -125,6 +129,18 @@ pub struct Problem {
 pub struct OperatorRef {
     pub operator_id: String,
     pub uid: Option<String>,
+}
+
+/// A saved state the new operator does not register.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DroppedState {
+    pub uid: Option<String>,
+    /// The state's name (the descriptor's).
+    pub state: String,
+    /// VALUE, LIST, MAP, … as the savepoint records it.
+    #[serde(default)]
+    pub kind: String,
 }
 
 /// An operator of the checked job graph.
@@ -193,6 +209,28 @@ impl Verdict {
                 self.problems.len()
             )),
         }
+    }
+
+    /// What a compatible restore drops, as (uid or operator id, why) rows: whole operators gone
+    /// from the job, then states the kept operators no longer register.
+    pub fn dropped(&self) -> Vec<(String, String)> {
+        let operators = self.not_restored.iter().map(|o| {
+            (
+                o.uid.clone().unwrap_or_else(|| o.operator_id.clone()),
+                "no operator of the new job restores it: all of its state".to_string(),
+            )
+        });
+        let states = self.dropped_states.iter().map(|d| {
+            (
+                d.uid.clone().unwrap_or_else(|| "(no uid)".into()),
+                format!(
+                    "state \"{}\" ({}) is not registered when the operator starts (renamed or \
+                     removed; kept only if the job registers it later at run time)",
+                    d.state, d.kind
+                ),
+            )
+        });
+        operators.chain(states).collect()
     }
 
     fn uid(problem: &Problem, known_uids: &[String]) -> Option<String> {
@@ -338,6 +376,7 @@ mod tests {
             savepoint_operators: 2,
             problems: vec![problem("a"), problem("b")],
             not_restored: vec![],
+            dropped_states: vec![],
             operators: vec![],
             message: None,
         }

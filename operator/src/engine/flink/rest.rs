@@ -429,7 +429,24 @@ fn latest_failure(answer: &Value) -> Option<String> {
         .pointer("/exceptionHistory/entries/0/stacktrace")
         .or_else(|| answer.get("root-exception"))
         .and_then(Value::as_str)
-        .map(first_line)
+        .map(root_cause_first)
+}
+
+/// The deepest `Caused by:` of a stack trace, then the exception Flink reported, fit to quote:
+/// a record failing in a chained operator surfaces as "Could not forward element to next
+/// operator", and only its cause says what went wrong.
+fn root_cause_first(trace: &str) -> String {
+    let reported = trace.lines().next().unwrap_or_default();
+    match trace
+        .lines()
+        .rev()
+        .find_map(|l| l.trim_start().strip_prefix("Caused by: "))
+    {
+        Some(cause) if cause != reported => {
+            sanitize_remote(&format!("{cause} (reported as {reported})"), QUOTE_CHARS)
+        }
+        _ => first_line(trace),
+    }
 }
 
 /// The first line of a stack trace (the exception and its message), fit to quote.
@@ -524,6 +541,21 @@ mod tests {
         assert_eq!(
             latest_failure(&json!({"exceptionHistory":{"entries":[]}})),
             None
+        );
+        // a record failing in a chained operator: the cause that names it comes first
+        let chained = "org.apache.flink.streaming.runtime.tasks.ExceptionInChainedOperatorException: \
+            Could not forward element to next operator\n\tat x.y(Z.java:1)\nCaused by: \
+            java.lang.RuntimeException: wrapped\n\tat a\nCaused by: java.lang.IllegalStateException: \
+            poison-file /tmp/p exists: record 7 fails\n\t... 12 more";
+        let quoted =
+            latest_failure(&json!({"exceptionHistory":{"entries":[{"stacktrace": chained}]}}))
+                .unwrap();
+        assert!(
+            quoted.starts_with(
+                "java.lang.IllegalStateException: poison-file /tmp/p exists: record 7 fails \
+                 (reported as org.apache.flink.streaming.runtime.tasks.ExceptionInChainedOperatorException"
+            ),
+            "{quoted}"
         );
         let body = json!({ "errors": [hostile, "trace"] }).to_string();
         let quoted = errors_of(&body);

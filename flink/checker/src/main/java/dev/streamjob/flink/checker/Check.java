@@ -187,6 +187,7 @@ public final class Check {
                 StateProbe probe = StateProbe.run(jobGraph, uidByNode, sourceOrSinkNodes, metadata, conf,
                         program.getUserCodeClassLoader(), false);
                 verdict.stateRows.addAll(probe.rows);
+                verdict.undecided.addAll(probe.undecided.keySet());
                 for (Row row : probe.rows) {
                     if (row.verdict == Row.Verdict.INCOMPATIBLE) {
                         verdict.problem(null, row.uid, "state-incompatible", stateName(row) + ": " + row.reason
@@ -352,6 +353,8 @@ public final class Check {
         final List<Object[]> states = new ArrayList<>();
         /** Every saved or registered state, with what Flink's restore would do with it. */
         final List<Row> stateRows = new ArrayList<>();
+        /** Uids of operators the probe could not start: their states have no verdict. */
+        final Set<String> undecided = new LinkedHashSet<>();
 
         Verdict(String flinkVersion, String savepoint) {
             this.flinkVersion = flinkVersion;
@@ -410,7 +413,15 @@ public final class Check {
         /** The verdict within {@code limit} bytes (a termination message holds 4 KiB): verdict,
          * versions and as many problems as fit; the full line goes to the log. */
         String toCompactJson(int limit) {
+            List<Row> dropped = new ArrayList<>();
+            for (Row r : stateRows) {
+                if (r.verdict == Row.Verdict.LEFT_BEHIND && !undecided.contains(r.uid)) {
+                    dropped.add(r);
+                }
+            }
             int kept = problems.size();
+            int keptOperators = notRestored.size();
+            int keptStates = dropped.size();
             while (true) {
                 Json j = new Json().open();
                 j.field("verdict", compatible() ? "compatible" : "incompatible");
@@ -422,14 +433,34 @@ public final class Check {
                     j.open().field("operatorId", p[0]).field("uid", p[1]).field("kind", p[2]).field("message", message).close();
                 }
                 j.closeArray();
-                if (kept < problems.size()) {
-                    j.field("omittedProblems", problems.size() - kept);
+                // what a compatible restore drops (allowNonRestoredState): the operator reports it
+                j.key("notRestored").openArray();
+                for (String[] p : notRestored.subList(0, keptOperators)) {
+                    j.open().field("operatorId", p[0]).field("uid", p[1]).close();
+                }
+                j.closeArray();
+                j.key("droppedStates").openArray();
+                for (Row r : dropped.subList(0, keptStates)) {
+                    j.open().field("uid", r.uid).field("state", r.state).field("kind", r.kind).close();
+                }
+                j.closeArray();
+                int omitted = (problems.size() - kept) + (notRestored.size() - keptOperators) + (dropped.size() - keptStates);
+                if (omitted > 0) {
+                    j.field("omittedProblems", omitted);
                 }
                 String out = j.close().toString();
-                if (out.getBytes(java.nio.charset.StandardCharsets.UTF_8).length <= limit || kept == 0) {
+                if (out.getBytes(java.nio.charset.StandardCharsets.UTF_8).length <= limit
+                        || kept + keptOperators + keptStates == 0) {
                     return out;
                 }
-                kept--;
+                // the refusals are kept longest: what is dropped goes first
+                if (keptStates > 0) {
+                    keptStates--;
+                } else if (keptOperators > 0) {
+                    keptOperators--;
+                } else {
+                    kept--;
+                }
             }
         }
     }

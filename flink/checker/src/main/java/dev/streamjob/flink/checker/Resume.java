@@ -22,7 +22,8 @@ import java.util.List;
  * pod that is lost and made again under the same run finds them here and resumes from the newest
  * one — what Flink's high-availability services would hand it — instead of the older checkpoint
  * the operator last copied into status: output committed since that one would be written again,
- * and retention may have deleted it. A {@code chk-N} without {@code _metadata} is a checkpoint
+ * and retention may have deleted it. A new run deployed from a checkpoint of the run it replaces
+ * (last-state) takes the newest checkpoint of that run the same way, for the same reason. A {@code chk-N} without {@code _metadata} is a checkpoint
  * still being written (or one being subsumed) and is passed over, as is one whose
  * {@code _metadata} Flink's own loader refuses; each is named on standard error, which goes to the
  * JobManager's log. A checkpoint with {@code _metadata} is complete: Flink writes it last, and a
@@ -78,6 +79,24 @@ public final class Resume {
         }
         if (chosen != null) {
             System.err.println("flink-check --resume: resuming from the newest checkpoint of this run, " + chosen);
+        } else if (previousRunCheckpoint(from, jobId) != null) {
+            // last-state: the run this one replaces may have completed checkpoints after the one
+            // the operator recorded (status lags Flink by a poll); output they committed must not
+            // be written again, so the newest of that run is taken
+            String previousJob = previousRunCheckpoint(from, jobId);
+            try {
+                chosen = newestCheckpoint(new Path(previousJob));
+            } catch (Throwable e) {
+                System.err.println("flink-check --resume: cannot list the checkpoints under " + previousJob
+                        + ": " + Check.describe(e));
+                System.exit(1);
+                return;
+            }
+            if (chosen == null) {
+                chosen = from;
+            }
+            System.err.println("flink-check --resume: no checkpoint of this run yet; continuing from the newest "
+                    + "checkpoint of the run it replaces, " + chosen + " (recorded: " + from + ")");
         } else if (!from.isEmpty()) {
             chosen = from;
             System.err.println("flink-check --resume: no checkpoint of this run yet; starting from " + from);
@@ -93,6 +112,20 @@ public final class Resume {
             return;
         }
         System.exit(0);
+    }
+
+    /**
+     * The folder of the other job whose checkpoint {@code from} is ({@code DIR/ID/chk-N}), or
+     * null when {@code from} is a savepoint or a checkpoint of this run's own job.
+     */
+    static String previousRunCheckpoint(String from, String jobId) {
+        java.util.regex.Matcher m = java.util.regex.Pattern
+                .compile("(.*/([0-9a-f]{32}))/chk-[0-9]{1,18}/?")
+                .matcher(from);
+        if (!m.matches() || m.group(2).equals(jobId)) {
+            return null;
+        }
+        return m.group(1);
     }
 
     /** The newest {@code chk-N} under {@code jobDir} that Flink restores, or null if none. */

@@ -37,7 +37,10 @@ import java.util.Map;
  * never checkpoints), leak-file (unset by default:
  * a path on the TaskManager's own disk; once it exists, the throttle allocates native memory
  * without bound, as a leaking native library or an unbounded RocksDB would, until the kernel
- * kills the TaskManager for its container's memory limit).
+ * kills the TaskManager for its container's memory limit), poison-file (unset by default: a path on
+ * the TaskManager's own disk; once it exists, every record through the throttle there throws, as
+ * a job hitting a bad record or a broken dependency does: Flink restarts the job from its latest
+ * checkpoint again and again, and no savepoint can be taken).
  */
 public final class CountingJob {
     public static void main(String[] argv) throws Exception {
@@ -55,7 +58,7 @@ public final class CountingJob {
         DataStream<Long> numbers = env.fromSequence(0, records - 1)
                 .uid(args.getOrDefault("source-uid", "numbers"))
                 .name("numbers");
-        DataStream<Long> throttled = numbers.map(new Throttle(rate, args.get("leak-file"))).uid("throttle").name("throttle");
+        DataStream<Long> throttled = numbers.map(new Throttle(rate, args.get("leak-file"), args.get("poison-file"))).uid("throttle").name("throttle");
         if (args.containsKey("audit-uid")) {
             // An extra stateful operator a later revision may drop (allowNonRestoredState), its
             // state a Long or (audit-type tally) a POJO.
@@ -84,13 +87,17 @@ public final class CountingJob {
         private final int perSecond;
         /** Null: never leak. */
         private final String leakFile;
+        /** Null: never fail. */
+        private final String poisonFile;
         private transient long started;
         private transient long emitted;
         private transient long nextLeakCheck;
+        private transient long nextPoisonCheck;
 
-        Throttle(int perSecond, String leakFile) {
+        Throttle(int perSecond, String leakFile, String poisonFile) {
             this.perSecond = perSecond;
             this.leakFile = leakFile;
+            this.poisonFile = poisonFile;
         }
 
         @Override
@@ -105,6 +112,12 @@ public final class CountingJob {
                 nextLeakCheck = System.nanoTime() + 200_000_000L;
                 if (java.nio.file.Files.exists(java.nio.file.Paths.get(leakFile))) {
                     leakNativeMemory();
+                }
+            }
+            if (poisonFile != null && System.nanoTime() >= nextPoisonCheck) {
+                nextPoisonCheck = System.nanoTime() + 200_000_000L;
+                if (java.nio.file.Files.exists(java.nio.file.Paths.get(poisonFile))) {
+                    throw new IllegalStateException("poison-file " + poisonFile + " exists: record " + value + " fails");
                 }
             }
             if (perSecond > 0) {
