@@ -50,7 +50,7 @@ pub(super) async fn fix_a_crash_loop(
     // check pod reads (its arguments name a chk-N), with the crash-looping run left alone
     let t_refused = Instant::now();
     apply_in("last-state", "3", 0, &["--count-state", "string"]);
-    let plan_args = std::sync::Mutex::new(Vec::<String>::new());
+    let plan_args = std::sync::Mutex::new(std::collections::BTreeSet::<String>::new());
     let o = wait_job_watching(
         env,
         job,

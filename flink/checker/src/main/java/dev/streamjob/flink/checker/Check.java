@@ -69,7 +69,7 @@ public final class Check {
         }
         Verdict verdict;
         try {
-            verdict = check(args);
+            verdict = checkNewestState(args);
         } catch (Throwable e) {
             verdictOut.println(Json.error(describe(e)));
             verdictOut.flush();
@@ -94,6 +94,41 @@ public final class Check {
                     (line + "\n").getBytes(java.nio.charset.StandardCharsets.UTF_8));
         } catch (Exception e) {
             // not in a container (a developer's shell): stdout has the verdict
+        }
+    }
+
+    /**
+     * {@link #check} against the state asked for; a checkpoint of the running job that Flink
+     * subsumed and deleted meanwhile (a few checkpoint intervals after it completed: the
+     * operator's status, and the check pod's start, lag behind) is replaced by the newest
+     * complete checkpoint in its job's folder, up to 3 times. Checkpoints of one job hold state
+     * of the same types, so the verdict holds for the one the upgrade restores.
+     */
+    static Verdict checkNewestState(Args args) throws Exception {
+        String asked = args.savepoint;
+        for (int attempt = 1; ; attempt++) {
+            String folder = Resume.jobFolderOf(args.savepoint);
+            if (folder != null) {
+                Storage.initializeFileSystems();
+                Path metadata = new Path(args.savepoint, Storage.METADATA);
+                if (!metadata.getFileSystem().exists(metadata)) {
+                    String newest = Resume.newestCheckpoint(new Path(folder));
+                    if (newest != null && !newest.equals(args.savepoint)) {
+                        System.err.println("flink-check: " + args.savepoint + " is gone (subsumed); checking the newest"
+                                + " checkpoint of the same job, " + newest);
+                        args.savepoint = newest;
+                    }
+                }
+            }
+            try {
+                return check(args);
+            } catch (Exception e) {
+                if (folder == null || attempt >= 3 || !missingFile(e)) {
+                    throw e;
+                }
+                System.err.println("flink-check: " + args.savepoint + " went away while it was read (asked for "
+                        + asked + "): " + describe(e));
+            }
         }
     }
 

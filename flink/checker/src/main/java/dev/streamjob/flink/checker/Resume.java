@@ -119,13 +119,16 @@ public final class Resume {
      * null when {@code from} is a savepoint or a checkpoint of this run's own job.
      */
     static String previousRunCheckpoint(String from, String jobId) {
+        String folder = jobFolderOf(from);
+        return folder == null || folder.endsWith("/" + jobId) ? null : folder;
+    }
+
+    /** The job folder {@code DIR/ID} of a checkpoint {@code DIR/ID/chk-N}, else null. */
+    static String jobFolderOf(String checkpoint) {
         java.util.regex.Matcher m = java.util.regex.Pattern
-                .compile("(.*/([0-9a-f]{32}))/chk-[0-9]{1,18}/?")
-                .matcher(from);
-        if (!m.matches() || m.group(2).equals(jobId)) {
-            return null;
-        }
-        return m.group(1);
+                .compile("(.*/[0-9a-f]{32})/chk-[0-9]{1,18}/?")
+                .matcher(checkpoint);
+        return m.matches() ? m.group(1) : null;
     }
 
     /** The newest {@code chk-N} under {@code jobDir} that Flink restores, or null if none. */
