@@ -44,7 +44,7 @@ impl Ctx<'_> {
         let result = self.obs.pod(&plan).map(plan_result);
         match result {
             None => {
-                let from = up.savepoint.clone().or_else(|| self.latest_state_path());
+                let from = up.savepoint.clone().or_else(|| self.st.latest_state_path());
                 match from {
                     Some(from) => self.create_plan(&up.to, &target, &from),
                     None => self.after_plan(s),

@@ -184,10 +184,6 @@ impl Ctx<'_> {
         }
     }
 
-    pub(super) fn latest_state_path(&self) -> Option<String> {
-        self.st.latest_state_path()
-    }
-
     pub(super) fn begin_change(&mut self, hash: &str, dep: &DeploymentStatus, _healthy: bool) {
         let deployed = self.deployed_spec();
         let change = classify(deployed.as_ref(), self.spec);
@@ -214,7 +210,7 @@ impl Ctx<'_> {
         let plan_from = if mode == UpgradeMode::Stateless {
             None
         } else {
-            self.latest_state_path()
+            self.st.latest_state_path()
         };
         // refused on its face: Planning blocks it next, with no plan pod
         let refused = self.refused_restore(&spec).is_some();

@@ -60,7 +60,7 @@ impl Ctx<'_> {
         );
         rec.savepoint = up.savepoint.clone();
         self.begin(rec);
-        let from = up.savepoint.clone().or_else(|| self.latest_state_path());
+        let from = up.savepoint.clone().or_else(|| self.st.latest_state_path());
         if self.refused_restore(&spec).is_some() {
             // Resume/Planning blocks it next, with no plan pod
         } else if suspended_hash.as_deref() == Some(hash.as_str())

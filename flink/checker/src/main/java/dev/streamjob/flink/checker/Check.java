@@ -106,10 +106,10 @@ public final class Check {
      */
     static Verdict checkNewestState(Args args) throws Exception {
         String asked = args.savepoint;
+        Storage.initializeFileSystems();
         for (int attempt = 1; ; attempt++) {
             String folder = Resume.jobFolderOf(args.savepoint);
             if (folder != null) {
-                Storage.initializeFileSystems();
                 Path metadata = new Path(args.savepoint, Storage.METADATA);
                 if (!metadata.getFileSystem().exists(metadata)) {
                     String newest = Resume.newestCheckpoint(new Path(folder));

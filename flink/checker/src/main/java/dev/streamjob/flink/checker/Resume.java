@@ -23,8 +23,8 @@ import java.util.List;
  * one — what Flink's high-availability services would hand it — instead of the older checkpoint
  * the operator last copied into status: output committed since that one would be written again,
  * and retention may have deleted it. A new run deployed from a checkpoint of the run it replaces
- * (last-state) takes the newest checkpoint of that run the same way, for the same reason. A {@code chk-N} without {@code _metadata} is a checkpoint
- * still being written (or one being subsumed) and is passed over, as is one whose
+ * (last-state) takes the newest checkpoint of that run the same way, for the same reason. A
+ * {@code chk-N} without {@code _metadata} is a checkpoint still being written (or one being subsumed) and is passed over, as is one whose
  * {@code _metadata} Flink's own loader refuses; each is named on standard error, which goes to the
  * JobManager's log. A checkpoint with {@code _metadata} is complete: Flink writes it last, and a
  * sink's commits for it are notified only after it exists, so nothing committed is newer.
@@ -67,6 +67,8 @@ public final class Resume {
             System.exit(2);
             return;
         }
+        // last-state: a run deployed from a checkpoint of the run it replaces (null otherwise)
+        String previousJob = previousRunCheckpoint(from, jobId);
         String chosen;
         try {
             Storage.initializeFileSystems();
@@ -79,11 +81,10 @@ public final class Resume {
         }
         if (chosen != null) {
             System.err.println("flink-check --resume: resuming from the newest checkpoint of this run, " + chosen);
-        } else if (previousRunCheckpoint(from, jobId) != null) {
-            // last-state: the run this one replaces may have completed checkpoints after the one
-            // the operator recorded (status lags Flink by a poll); output they committed must not
-            // be written again, so the newest of that run is taken
-            String previousJob = previousRunCheckpoint(from, jobId);
+        } else if (previousJob != null) {
+            // the run this one replaces may have completed checkpoints after the one the
+            // operator recorded (status lags Flink by a poll); output they committed must not be
+            // written again, so the newest of that run is taken
             try {
                 chosen = newestCheckpoint(new Path(previousJob));
             } catch (Throwable e) {
